@@ -1,0 +1,3 @@
+from skilld.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""The `skilld` command line. Exit codes: 0 success, 1 failed operation, 2 bad usage or config.
+
+Each command group lives in `skilld.commands.<group>` and registers its own subcommands; a
+handler takes `(app, args)` (an opened App) or, with `needs_app=False`, `(config, args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from skilld import __version__
+from skilld.app import App, open_app
+from skilld.commands import daemon, skills
+from skilld.commands.common import Failure, Parser, UsageError
+from skilld.config import Config, ConfigError, load_config
+from skilld.log import configure_logging
+from skilld.skills.library import LibraryError
+from skilld.state import StateError
+
+COMMAND_MODULES = (daemon, skills)
+
+Handler = Callable[[App, argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="skilld", description="Learn reusable skills from agent sessions.")
+    parser.add_argument("--version", action="version", version=f"skilld {__version__}")
+    parser.add_argument("--config", help="config file (else $SKILLD_CONFIG, XDG, defaults)")
+    commands = parser.add_subparsers(dest="group", required=True, parser_class=Parser)
+    for module in COMMAND_MODULES:
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"skilld: config error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log.format, config.log.level)
+    return run_handler(config, args)
+
+
+def run_handler(config: Config, args: argparse.Namespace) -> int:
+    if not getattr(args, "needs_app", True):
+        return args.handler(config, args)
+    handler: Handler = args.handler
+    try:
+        with open_app(config) as app:
+            return handler(app, args)
+    except UsageError as exc:
+        print(f"skilld: {exc}", file=sys.stderr)
+        return 2
+    except (Failure, LibraryError, StateError) as exc:
+        print(f"skilld: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"skilld: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1

@@ -1,0 +1,1 @@
+"""One module per command group; each has `register(commands)` for the `skilld` parser."""

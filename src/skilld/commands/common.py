@@ -1,0 +1,31 @@
+"""What every command module shares: errors that map to exit codes, output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, NoReturn
+
+from skilld.skills.library import Origin
+
+#: Changes made from the command line are attributed to "cli" in the event log.
+CLI = Origin(source="cli")
+
+
+class UsageError(Exception):
+    """Bad usage: exit 2."""
+
+
+class Failure(Exception):
+    """A failed operation: exit 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with errors on one line in skilld's voice (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def print_json_line(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, default=str))

@@ -1,0 +1,144 @@
+"""`skilld run`, `once`, `status` and `review`: the daemon and what it reports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+
+from skilld.app import App
+from skilld.commands.common import Failure, Parser, print_json_line
+from skilld.config import Config, load_config
+from skilld.evolve.review import ReviewQueue
+from skilld.state import StateError, utc_now_iso
+
+# -- daemon ----------------------------------------------------------------------------------
+
+
+def cmd_run(config: Config, args: argparse.Namespace) -> int:
+    from skilld.daemon import Daemon
+
+    once = args.group == "once"
+    daemon = Daemon(
+        config,
+        reload_config=lambda: load_config(args.config),
+    )
+    try:
+        result = anyio.run(lambda: daemon.run(once=once))
+    except StateError as exc:
+        print(f"skilld: {exc}", file=sys.stderr)
+        return 2
+    return result.exit_code
+
+
+def status_report(app: App) -> dict[str, Any]:
+    from skilld.evolve.supervisor import backlog
+
+    state = app.state
+    now = time.time()
+    heartbeat = state.get_meta("heartbeat")
+    daemon = state.get_meta("daemon") or {}
+    interval = daemon.get("interval", app.config.evolve.interval_seconds)
+    stats = state.session_stats()
+    return {
+        "last_tick": state.get_meta("last_tick"),
+        "heartbeat_age_seconds": round(now - heartbeat, 1) if heartbeat else None,
+        "interval_seconds": interval,
+        "daemon_pid": daemon.get("pid"),
+        "sessions_tracked": stats["tracked"],
+        "windows_deferred": stats["deferred"],
+        "backlog": backlog(app),
+        "skills_managed": len(app.library.managed_names()),
+        "max_managed": app.config.skills.max_managed,
+        "pending_review": len(ReviewQueue(app.config.state.dir / "pending").list()),
+        "llm": state.get_meta("llm_health"),
+        "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
+        "source_errors": state.get_meta("source_errors", []),
+        "recent_errors": [
+            e.as_dict() for e in state.events(kinds=("error", "usage_corrupt"), limit=3)
+        ],
+    }
+
+
+def cmd_status(app: App, args: argparse.Namespace) -> int:
+    report = status_report(app)
+    age = report["heartbeat_age_seconds"]
+    stale = age is None or age > 3 * report["interval_seconds"]
+    if args.json:
+        print_json_line(report)
+    else:
+        tick = report["last_tick"] or {}
+        llm = report["llm"] or {}
+        last_error = (llm.get("last_error") or {}).get("message") or "none"
+        print(f"heartbeat      {'never' if age is None else f'{age:.0f}s ago'}")
+        if tick:
+            print(
+                f"last tick      {utc_now_iso(tick['started_at'])}, "
+                f"{tick['duration_seconds']}s, outcomes {tick['outcomes'] or '{}'}"
+            )
+        else:
+            print("last tick      never")
+        print(
+            f"sessions       {report['sessions_tracked']} tracked, "
+            f"{report['windows_deferred']} with deferred content "
+            f"(~{report['backlog']['estimated_tokens']} tokens)"
+        )
+        print(f"skills         {report['skills_managed']}/{report['max_managed']} managed")
+        print(f"review         {report['pending_review']} awaiting approval")
+        print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
+        print(f"skipped lines  {report['malformed_lines_skipped']}")
+    if args.check and stale:
+        print("skilld: heartbeat is older than three intervals", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- review ----------------------------------------------------------------------------------
+
+
+def cmd_review(app: App, args: argparse.Namespace) -> int:
+    queue = ReviewQueue(app.config.state.dir / "pending")
+    if args.command == "list":
+        items = queue.list()
+        if args.json:
+            print_json_line([asdict(item) for item in items])
+        for item in items if not args.json else ():
+            print(f"{item.name:<32} {item.staged_at}  {item.held_because}: {item.description}")
+        return 0
+    try:
+        if args.command == "approve":
+            result = queue.approve(args.name, app.library, cap=app.config.skills.max_managed)
+            print(f"{result.outcome} {result.name} {result.path}")
+        else:
+            queue.reject(args.name, app.library)
+            print(f"rejected {args.name}")
+    except KeyError:
+        raise Failure(f"nothing staged under the name {args.name}") from None
+    return 0
+
+
+def register(commands: Any) -> None:
+    run = commands.add_parser("run", help="the daemon, in the foreground")
+    run.set_defaults(handler=cmd_run, needs_app=False)
+    once = commands.add_parser("once", help="one tick, then exit")
+    once.set_defaults(handler=cmd_run, needs_app=False)
+    status = commands.add_parser("status", help="last tick, heartbeat, sessions, skills, LLM")
+    status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--check", action="store_true", help="exit 1 if the heartbeat is older than 3 intervals"
+    )
+    status.set_defaults(handler=cmd_status)
+
+    review = commands.add_parser("review", help="proposals staged for approval")
+    review_commands = review.add_subparsers(dest="command", required=True, parser_class=Parser)
+    review_list = review_commands.add_parser("list")
+    review_list.add_argument("--json", action="store_true")
+    review_list.set_defaults(handler=cmd_review)
+    for name in ("approve", "reject"):
+        sub = review_commands.add_parser(name)
+        sub.add_argument("name")
+        sub.set_defaults(handler=cmd_review)

@@ -1,0 +1,191 @@
+"""The daemon: ticks that never overlap, signals, sd_notify, heartbeat, and the curator's turn.
+
+SIGTERM/SIGINT cancel an in-flight tick at its next await. Every write in a tick is synchronous
+(no await between writing a file and committing its event), so cancellation can only land
+between settlements: nothing is half-written, and unsettled windows stay pending.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio import TASK_STATUS_IGNORED
+from anyio.abc import TaskStatus
+
+from skilld.app import App, open_app
+from skilld.config import Config, ConfigError
+from skilld.evolve.supervisor import Evolver, TickReport, configured_sources, llm_settings
+from skilld.llm import LLMClient
+from skilld.log import configure_logging, get_logger
+from skilld.notify import Notifier
+from skilld.state import DaemonLock
+
+#: Hook the curator registers: (app, llm, now) -> None, run inside the loop when due.
+CuratorPass = Callable[[App, LLMClient], Any]
+
+
+@dataclass
+class DaemonResult:
+    exit_code: int
+    ticks: int
+
+
+def summary_line(report: TickReport, app: App) -> str:
+    outcomes = ", ".join(f"{k}={v}" for k, v in sorted(report.outcomes.items())) or "no windows"
+    managed = len(app.library.managed_names())
+    return (
+        f"tick {report.duration:.1f}s: {report.messages_read} new messages, {outcomes};"
+        f" {managed}/{app.config.skills.max_managed} managed skills"
+    )
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        reload_config: Callable[[], Config] | None = None,
+        curator_pass: CuratorPass | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.config = config
+        self.reload_config = reload_config
+        self.curator_pass = curator_pass
+        self.notifier = notifier or Notifier()
+        self.log = get_logger("skilld.daemon")
+        self._stop = anyio.Event()
+        self._wake = anyio.Event()
+        self._reload_requested = False
+        self._tick_scope: anyio.CancelScope | None = None
+        self._stopping_announced = False
+
+    async def run(self, *, once: bool = False) -> DaemonResult:
+        lock = DaemonLock(self.config.state.dir)
+        lock.acquire()  # StateError names the holder; the CLI turns it into exit 2
+        try:
+            return await self._run_locked(once=once)
+        finally:
+            lock.release()
+
+    async def _run_locked(self, *, once: bool) -> DaemonResult:
+        ticks = 0
+        failed = False
+        async with anyio.create_task_group() as signal_group:
+            if not once:
+                # Handlers are in place before READY=1 and stay in place across reloads:
+                # systemd may send SIGTERM the moment it reads READY=1, and the default action
+                # would kill the daemon instead of stopping it.
+                await signal_group.start(self._watch_signals)
+            while True:
+                with open_app(self.config, prepare=True) as app:
+                    async with LLMClient(llm_settings(self.config)) as llm:
+                        evolver = Evolver(app, llm, configured_sources(self.config))
+                        async with anyio.create_task_group() as group:
+                            if not once:
+                                group.start_soon(self._heartbeat, app)
+                                if self.notifier.watchdog_interval:
+                                    group.start_soon(self._watchdog)
+                            self.notifier.ready("first tick scheduled")
+                            while not self._stop.is_set() and not self._reload_requested:
+                                ok = await self._one_tick(evolver, app, llm)
+                                ticks += 1
+                                failed = failed or not ok
+                                if once:
+                                    self._stop.set()
+                                    break
+                                await self._sleep(self.config.evolve.interval_seconds)
+                            group.cancel_scope.cancel()
+                if self._stop.is_set():
+                    break
+                self._apply_reload()
+            signal_group.cancel_scope.cancel()
+        self._announce_stopping()
+        return DaemonResult(1 if once and failed else 0, ticks)
+
+    async def _one_tick(self, evolver: Evolver, app: App, llm: LLMClient) -> bool:
+        with anyio.CancelScope() as scope:
+            self._tick_scope = scope
+            try:
+                report = await evolver.tick()
+                self.notifier.status(summary_line(report, app))
+                if self.curator_pass is not None:
+                    await self.curator_pass(app, llm)
+                return True
+            except Exception as exc:  # a bug or an environment failure must not kill the loop
+                self.log.error("tick_failed", error=repr(exc), traceback=traceback.format_exc())
+                self.notifier.status(f"last tick failed ({type(exc).__name__}); see the log")
+                app.state.add_event("error", reason=f"tick failed: {exc!r}")
+                return False
+            finally:
+                self._tick_scope = None
+        return True  # cancelled by a stop request: not a failure
+
+    async def _sleep(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
+        self._wake = anyio.Event()
+
+    def _apply_reload(self) -> None:
+        self._reload_requested = False
+        if self.reload_config is None:
+            return
+        self.notifier.reloading()
+        try:
+            config = self.reload_config()
+        except ConfigError as exc:
+            self.log.error("reload_failed", error=str(exc), kept="previous configuration")
+            return
+        if config.state.dir != self.config.state.dir:
+            self.log.error("reload_refused", reason="state.dir cannot change while running")
+            return
+        configure_logging(config.log.format, config.log.level)
+        self.config = config
+        self.log.info("reloaded", path=str(config.path))
+
+    def request_stop(self) -> None:
+        self._announce_stopping()
+        self._stop.set()
+        self._wake.set()
+        if self._tick_scope is not None:
+            self._tick_scope.cancel()
+
+    def _announce_stopping(self) -> None:
+        """STOPPING=1 when shutdown begins (not after it), once."""
+        if not self._stopping_announced:
+            self._stopping_announced = True
+            self.notifier.stopping()
+
+    async def _watch_signals(self, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    self._reload_requested = True
+                    self._wake.set()
+                    self.log.info("reload_requested")
+                else:
+                    self.log.info("stopping", signal=signal.Signals(signum).name)
+                    self.request_stop()
+
+    async def _heartbeat(self, app: App) -> None:
+        """The loop is alive even while a long tick waits on the LLM."""
+        period = min(self.config.evolve.interval_seconds, 30.0)
+        while True:
+            app.state.set_meta("heartbeat", time.time())
+            app.state.set_meta(
+                "daemon", {"pid": os.getpid(), "interval": self.config.evolve.interval_seconds}
+            )
+            await anyio.sleep(period)
+
+    async def _watchdog(self) -> None:
+        assert self.notifier.watchdog_interval is not None
+        while True:
+            self.notifier.watchdog()
+            await anyio.sleep(self.notifier.watchdog_interval)

@@ -1,0 +1,239 @@
+"""The strict JSON contract between skilld and the reflecting model.
+
+The model answers with exactly one of
+
+    {"evolve": true, "name": "...", "description": "...", "whenToUse": "...",
+     "content": "...", "reason": "..."}
+    {"evolve": false, "reason": "..."}
+
+This module owns that shape: the JSON schema sent to servers that support structured output,
+the extraction of the object from a free-form reply, and the shape check. Name rules and length
+limits belong to ``skills.document.validate_skill``; nothing here touches files or the network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+RAW_REPLY_LIMIT: Final = 2000
+
+_THINK_OPEN: Final = "<think>"
+_THINK_CLOSE: Final = "</think>"
+_DECODER: Final = json.JSONDecoder()
+# Where an object can begin: a brace followed by a key or by the closing brace. Trying the
+# decoder only there keeps prose like "{placeholder}" or "{{{{" from costing a failed decode,
+# and every failed decode costs time proportional to its offset (the error computes a line).
+_OBJECT_START: Final = re.compile(r'\{\s*["}]')
+
+_PROPOSAL_KEYS: Final = ("name", "description", "whenToUse", "content", "reason")
+
+CONTRACT_TEXT: Final = (
+    "Reply with exactly one JSON object and nothing else, in one of these two shapes:\n"
+    '{"evolve": true, "name": "...", "description": "...", "whenToUse": "...", '
+    '"content": "...", "reason": "..."}\n'
+    '{"evolve": false, "reason": "..."}\n'
+    '"evolve" is a JSON boolean (true or false, not a string). When it is true, every other key '
+    "is a JSON string: name is the skill's short kebab-case name, description says in one line "
+    "what the skill does, whenToUse says when an agent should load it, content is the full "
+    "Markdown body of the skill, and reason says why this is worth keeping. When it is false, "
+    "reason says why nothing reusable emerged."
+)
+
+# OpenAI strict mode rejects a root-level anyOf and requires every property to be listed in
+# "required", so both shapes share one object: a decline fills the proposal fields with "".
+PROPOSAL_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "evolve": {
+            "type": "boolean",
+            "description": "true to create or update a skill, false when nothing reusable emerged",
+        },
+        "name": {
+            "type": "string",
+            "description": "kebab-case skill name; empty string when evolve is false",
+        },
+        "description": {
+            "type": "string",
+            "description": "one-line summary of the skill; empty string when evolve is false",
+        },
+        "whenToUse": {
+            "type": "string",
+            "description": "when an agent should load the skill; empty string when evolve is false",
+        },
+        "content": {
+            "type": "string",
+            "description": "full Markdown body of the skill; empty string when evolve is false",
+        },
+        "reason": {
+            "type": "string",
+            "description": "why the skill is worth keeping, or why nothing was kept",
+        },
+    },
+    "required": ["evolve", *_PROPOSAL_KEYS],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The model proposes to create or update the skill called ``name``."""
+
+    name: str
+    description: str
+    when_to_use: str
+    content: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decline:
+    """The model saw nothing worth keeping."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The reply broke the contract; ``raw`` is the reply, cut to ``RAW_REPLY_LIMIT`` chars."""
+
+    reason: str
+    raw: str
+
+
+def extract_json_object(text: str) -> dict[str, Any] | None:
+    """Return the first complete JSON object of the answer part of ``text``, or None.
+
+    The answer part follows the last ``</think>`` that closes a reasoning block and stops at a
+    ``<think>`` that is never closed. Markers quoted inside a JSON string value are part of that
+    value, not markers, which is why the objects are located before the markers are interpreted.
+    The text is never edited: an outer code fence needs no stripping because decoding starts at
+    the object's own brace, and fences, braces and quotes inside string values survive byte for
+    byte because a real JSON decoder reads them.
+    """
+    try:
+        spans = _object_spans(text)
+        answer_start = _reasoning_end(text, spans)
+        answer_stop = _unclosed_reasoning_start(text, spans, answer_start)
+        for start, end, value in spans:
+            if start >= answer_start and end <= answer_stop:
+                return value
+    except RecursionError:
+        return None
+    return None
+
+
+def parse_reply(
+    text: str | None, *, finish_reason: str | None = None, refusal: str | None = None
+) -> Proposal | Decline | Violation:
+    """Check the shape of a model reply. Never raises; every defect becomes a ``Violation``."""
+    raw = (text or "")[:RAW_REPLY_LIMIT]
+    if refusal:
+        return Violation(f"the model refused to answer: {refusal.strip()[:200]}", raw)
+    if finish_reason == "length":
+        return Violation("the reply was cut off at the token limit (finish_reason=length)", raw)
+    if not text or not text.strip():
+        return Violation("the reply was empty", raw)
+    document = extract_json_object(text)
+    if document is None:
+        return Violation("the reply contains no complete JSON object", raw)
+    if "evolve" not in document:
+        return Violation('the JSON object has no "evolve" key', raw)
+    evolve = document["evolve"]
+    if not isinstance(evolve, bool):
+        return Violation(
+            f'"evolve" must be a JSON boolean, got {type(evolve).__name__} {evolve!r:.40}', raw
+        )
+    if not evolve:
+        reason = document.get("reason")
+        if not isinstance(reason, str):
+            return Violation('an "evolve": false reply needs a "reason" string', raw)
+        return Decline(reason.strip())
+    missing = [key for key in _PROPOSAL_KEYS if key not in document]
+    not_strings = [
+        key for key in _PROPOSAL_KEYS if key in document and not isinstance(document[key], str)
+    ]
+    if missing or not_strings:
+        return Violation(_wrong_keys_message(missing, not_strings), raw)
+    empty = [key for key in ("name", "description", "content") if not document[key].strip()]
+    if empty:
+        return Violation(
+            f"these keys must not be empty when evolve is true: {', '.join(empty)}", raw
+        )
+    return Proposal(
+        name=document["name"].strip(),
+        description=document["description"].strip(),
+        when_to_use=document["whenToUse"].strip(),
+        content=document["content"],
+        reason=document["reason"].strip(),
+    )
+
+
+def repair_message(violation: Violation) -> str:
+    """The user message of the single repair request that follows a contract violation."""
+    return (
+        "Your previous reply could not be used: "
+        f"{violation.reason}.\n\n{CONTRACT_TEXT}\n\n"
+        "Do not wrap the object in prose. Answer again now."
+    )
+
+
+def _wrong_keys_message(missing: list[str], not_strings: list[str]) -> str:
+    parts = []
+    if missing:
+        parts.append(f"missing keys: {', '.join(missing)}")
+    if not_strings:
+        parts.append(f"keys that must be JSON strings: {', '.join(not_strings)}")
+    return "; ".join(parts)
+
+
+def _object_spans(text: str) -> list[tuple[int, int, dict[str, Any]]]:
+    """Every outermost decodable JSON object in ``text``, left to right, as (start, end, value).
+
+    Decoding is tried at each possible object start that is not inside an object already found,
+    so a brace inside a string value of a found object is never a candidate.
+    """
+    spans: list[tuple[int, int, dict[str, Any]]] = []
+    start = _OBJECT_START.search(text)
+    while start is not None:
+        position = start.start()
+        try:
+            value, end = _DECODER.raw_decode(text, position)
+        except ValueError:
+            start = _OBJECT_START.search(text, position + 1)
+            continue
+        spans.append((position, end, value))
+        start = _OBJECT_START.search(text, end)
+    return spans
+
+
+def _inside_any(position: int, spans: list[tuple[int, int, dict[str, Any]]]) -> bool:
+    return any(start < position < end for start, end, _ in spans)
+
+
+def _reasoning_end(text: str, spans: list[tuple[int, int, dict[str, Any]]]) -> int:
+    """Index just after the last ``</think>`` that is not quoted inside a JSON object, else 0."""
+    position = text.rfind(_THINK_CLOSE)
+    while position != -1:
+        if not _inside_any(position, spans):
+            return position + len(_THINK_CLOSE)
+        position = text.rfind(_THINK_CLOSE, 0, position)
+    return 0
+
+
+def _unclosed_reasoning_start(
+    text: str, spans: list[tuple[int, int, dict[str, Any]]], answer_start: int
+) -> int:
+    """Index of a ``<think>`` after the answer start that nothing closes, else ``len(text)``.
+
+    Everything after such a marker is reasoning the model never finished, so an object in it
+    is a draft, not the answer.
+    """
+    position = text.find(_THINK_OPEN, answer_start)
+    while position != -1:
+        if not _inside_any(position, spans):
+            return position
+        position = text.find(_THINK_OPEN, position + 1)
+    return len(text)

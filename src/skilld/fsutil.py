@@ -1,0 +1,111 @@
+"""Atomic, durable file writes and paths that cannot escape their root.
+
+Every file skilld writes goes through `atomic_write`: a temp file created exclusively in the
+target's directory, written, flushed and fsynced, moved over the target with `os.replace`, then
+the directory fsynced. A crash leaves the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Temp files carry this marker so start-up can find and remove strays from a crash.
+TEMP_MARKER = ".skilld-tmp-"
+
+
+class UnsafePath(ValueError):
+    """A path that would leave its root, or a name that is not a single safe component."""
+
+
+def is_temp_file(name: str) -> bool:
+    return TEMP_MARKER in name
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
+    """Replace `path` with `data` atomically and durably."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    directory = path.parent
+    temp = directory / f".{path.name}{TEMP_MARKER}{secrets.token_hex(6)}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+        raise
+    fsync_dir(directory)
+
+
+def remove_stray_temps(root: Path, *, depth: int = 2) -> list[Path]:
+    """Remove temp files a crash left behind, at most `depth` levels below `root`."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for path in _walk(root, depth):
+        if is_temp_file(path.name) and not path.is_symlink() and path.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _walk(root: Path, depth: int) -> Iterator[Path]:
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        yield Path(entry.path)
+        if depth > 1 and entry.is_dir(follow_symlinks=False):
+            yield from _walk(Path(entry.path), depth - 1)
+
+
+def check_component(name: str) -> str:
+    """`name` as a single path component that names a visible file: no separators, no dots."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..")
+        or name.startswith(".")
+        or "/" in name
+        or "\\" in name
+        or "\x00" in name
+    ):
+        raise UnsafePath(f"not a safe path component: {name!r}")
+    return name
+
+
+def contained_path(root: Path, *parts: str) -> Path:
+    """`root/parts…`, refused if any existing link along the way leads outside `root`.
+
+    The root itself may be a symlink (users point skills dirs at dotfile repos); what is
+    refused is an entry inside it that resolves elsewhere.
+    """
+    for part in parts:
+        check_component(part)
+    real_root = root.resolve()
+    candidate = root.joinpath(*parts)
+    current = real_root
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            target = current.resolve()
+            if target != real_root and real_root not in target.parents:
+                raise UnsafePath(f"{root.joinpath(*parts)} is a link out of {root}")
+    return candidate

@@ -1,0 +1,616 @@
+"""An async client for OpenAI-compatible chat completion servers.
+
+Works with OpenAI, DeepSeek, vLLM, Ollama, llama.cpp server and LiteLLM: one POST to
+``{base_url}/chat/completions`` on plain ``httpx``. The client bounds everything a background
+daemon must bound: the time of each attempt, the number of retries, the calls in flight, the
+calls per hour, and, through a circuit breaker, the cost of an outage.
+
+Errors are ``LLMError`` values whose message never contains the API key or the request body.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+
+import anyio
+import httpx
+import structlog
+
+from skilld import __version__
+
+ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "none"]
+FormatLevel = Literal["json_schema", "json_object", "none"]
+ErrorKind = Literal[
+    "transport",
+    "timeout",
+    "auth",
+    "not_found",
+    "bad_request",
+    "server",
+    "rate_limited",
+    "circuit_open",
+    "budget",
+    "bad_response",
+]
+CircuitState = Literal["closed", "open", "half_open"]
+
+_FALLBACK_AFTER: Final[dict[FormatLevel, FormatLevel]] = {
+    "json_schema": "json_object",
+    "json_object": "none",
+}
+# Words with which servers name the structured output feature they refuse.
+_FORMAT_WORDS: Final = (
+    "response_format",
+    "response format",
+    "json_schema",
+    "json_object",
+    "structured output",
+)
+# Words that say something is unsupported without naming it: "unsupported parameter:
+# temperature" must not cost the run its structured output.
+_UNSUPPORTED_WORDS: Final = ("not supported", "unsupported")
+_CIRCUIT_KINDS: Final[frozenset[str]] = frozenset(
+    {"transport", "timeout", "server", "rate_limited", "auth"}
+)
+_HOUR_SECONDS: Final = 3600.0
+_SERVER_MESSAGE_LIMIT: Final = 200
+
+_log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    timeout_seconds: float = 60
+    max_retries: int = 3
+    response_format: ResponseFormatSetting = "auto"
+    max_concurrency: int = 2
+    max_calls_per_hour: int = 120  # 0 means unlimited
+    temperature: float = 0.2
+    max_tokens: int = 4096
+    circuit_failures: int = 3
+    circuit_reset_seconds: float = 300
+    backoff_base_seconds: float = 1.0
+    backoff_max_seconds: float = 60
+
+
+@dataclass(frozen=True)
+class LLMReply:
+    content: str
+    finish_reason: str | None
+    refusal: str | None
+    usage: Mapping[str, int]
+    model: str | None
+    attempts: int
+
+
+class LLMError(Exception):
+    """A chat call that produced no usable reply.
+
+    ``retryable`` says whether the same request may succeed later unchanged. The client has
+    already retried transport, timeout, server and rate-limit failures ``max_retries`` times;
+    ``budget`` and ``circuit_open`` are retryable because they clear with time.
+    """
+
+    def __init__(
+        self, kind: ErrorKind, message: str, *, status: int | None = None, retryable: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        status = f" (HTTP {self.status})" if self.status is not None else ""
+        return f"{self.kind}{status}: {self.message}"
+
+
+def backoff_delay(
+    retry_index: int, retry_after: float | None, settings: LLMSettings, rng: random.Random
+) -> float:
+    """Seconds to wait before retry number ``retry_index`` (0 for the first retry).
+
+    A server-sent delay is honoured as given up to ``backoff_max_seconds``; otherwise the
+    delay is drawn with full jitter so that many clients recovering at once do not stampede.
+    """
+    if retry_after is not None:
+        return min(retry_after, settings.backoff_max_seconds)
+    ceiling = min(settings.backoff_max_seconds, settings.backoff_base_seconds * 2.0**retry_index)
+    return rng.uniform(0.0, ceiling)
+
+
+def parse_retry_after(headers: Mapping[str, str], now_wall: float) -> float | None:
+    """The delay a server asks for in ``retry-after-ms`` or ``Retry-After``, in seconds."""
+    milliseconds = _non_negative_number(headers.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000.0
+    header = headers.get("retry-after")
+    if header is None:
+        return None
+    seconds = _non_negative_number(header)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(header.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now_wall)
+
+
+def response_format_payload(
+    level: FormatLevel, json_schema: Mapping[str, Any], schema_name: str
+) -> dict[str, Any] | None:
+    if level == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "strict": True, "schema": dict(json_schema)},
+        }
+    if level == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+def format_refusal(
+    status: int, body_text: str, *, level_confirmed: bool
+) -> Literal["explicit", "ambiguous", "no"]:
+    """Whether an error response means the server refuses the requested ``response_format``.
+
+    ``explicit``: the error names the feature, so the level is known not to work.
+    ``ambiguous``: an unspecific "not supported", or a bare 400 for a level that never worked
+    yet; the cause may be the format or something else, so a lower level is tried but is only
+    remembered once it succeeds.
+    """
+    if status not in (400, 422):
+        return "no"
+    lowered = body_text.lower()
+    if any(word in lowered for word in _FORMAT_WORDS):
+        return "explicit"
+    if any(word in lowered for word in _UNSUPPORTED_WORDS):
+        return "ambiguous"
+    if status == 400 and not level_confirmed:
+        return "ambiguous"
+    return "no"
+
+
+def error_for_status(status: int, server_message: str) -> LLMError:
+    detail = f": {server_message}" if server_message else ""
+    if status in (401, 403):
+        return LLMError("auth", f"the server rejected the credentials{detail}", status=status)
+    if status == 404:
+        return LLMError("not_found", f"endpoint or model not found{detail}", status=status)
+    if status == 408:
+        return LLMError(
+            "timeout", f"the server timed out the request{detail}", status=status, retryable=True
+        )
+    if status == 429:
+        # A spent quota answers 429 too, but waiting does not refill it.
+        quota_spent = "insufficient_quota" in server_message
+        return LLMError(
+            "rate_limited", f"rate limited{detail}", status=status, retryable=not quota_spent
+        )
+    if status == 409 or status >= 500:
+        return LLMError("server", f"server error{detail}", status=status, retryable=True)
+    if 400 <= status < 500:
+        return LLMError("bad_request", f"the server rejected the request{detail}", status=status)
+    return LLMError("bad_response", f"unexpected HTTP status{detail}", status=status)
+
+
+def parse_completion(document: object, attempts: int) -> LLMReply:
+    """Turn a decoded chat completion body into an ``LLMReply``; raise ``bad_response``."""
+    if not isinstance(document, dict):
+        raise LLMError("bad_response", "the response body is not a JSON object")
+    choices = document.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        error = document.get("error")
+        hint = f": {_error_text(error)}" if error else ""
+        raise LLMError("bad_response", f"the response has no choices{hint}")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise LLMError("bad_response", "the first choice has no message")
+    finish_reason = choice.get("finish_reason")
+    refusal = message.get("refusal")
+    usage = document.get("usage")
+    model = document.get("model")
+    return LLMReply(
+        content=_message_text(message.get("content")),
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        refusal=refusal if isinstance(refusal, str) and refusal else None,
+        usage=_usage(usage),
+        model=model if isinstance(model, str) else None,
+        attempts=attempts,
+    )
+
+
+class _CircuitBreaker:
+    """Stops calling a server that keeps failing; lets one probe through after a pause."""
+
+    def __init__(self, failure_threshold: int, reset_seconds: float) -> None:
+        self.failure_threshold = max(1, failure_threshold)
+        self.reset_seconds = reset_seconds
+        self.state: CircuitState = "closed"
+        self.consecutive_failures = 0
+        self.opened_at: float | None = None
+
+    def admit(self, now: float) -> bool:
+        """Return True when this call is the half-open probe; raise when the circuit is open."""
+        if self.state == "closed":
+            return False
+        if self.state == "open" and self.opened_at is not None:
+            remaining = self.opened_at + self.reset_seconds - now
+            if remaining <= 0:
+                self.state = "half_open"
+                return True
+            raise LLMError(
+                "circuit_open",
+                f"{self.consecutive_failures} consecutive failures; "
+                f"next attempt allowed in {remaining:.0f}s",
+                retryable=True,
+            )
+        raise LLMError("circuit_open", "a probe call is already in flight", retryable=True)
+
+    def record_success(self) -> None:
+        self.state = "closed"
+        self.consecutive_failures = 0
+        self.opened_at = None
+
+    def record_failure(self, kind: str, now: float) -> None:
+        if kind in _CIRCUIT_KINDS:
+            self.consecutive_failures += 1
+            if self.state == "half_open" or self.consecutive_failures >= self.failure_threshold:
+                self.state = "open"
+                self.opened_at = now
+        elif self.state == "half_open":
+            # A budget stop never reached the server, so the probe is still owed; any other
+            # failure came from a server that answered, so it is reachable again.
+            self.state = "open" if kind == "budget" else "closed"
+
+    def abandon_probe(self) -> None:
+        """A cancelled probe proves nothing; the next call may probe again."""
+        if self.state == "half_open":
+            self.state = "open"
+
+
+class _HourlyBudget:
+    """Sliding one-hour window of HTTP attempts; a spend cap, not a rate smoother."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._attempt_times: deque[float] = deque()
+
+    def count(self, now: float) -> int:
+        while self._attempt_times and self._attempt_times[0] <= now - _HOUR_SECONDS:
+            self._attempt_times.popleft()
+        return len(self._attempt_times)
+
+    def spend(self, now: float) -> None:
+        if self.limit > 0 and self.count(now) >= self.limit:
+            wait = self._attempt_times[0] + _HOUR_SECONDS - now
+            raise LLMError(
+                "budget",
+                f"max_calls_per_hour={self.limit} reached; next call allowed in {wait:.0f}s",
+                retryable=True,
+            )
+        self._attempt_times.append(now)
+
+
+class LLMClient:
+    def __init__(
+        self,
+        settings: LLMSettings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError("LLM base_url must be an absolute http:// or https:// URL")
+        self.settings = settings
+        self._url = url
+        self._host = url.host
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+        headers = {"Accept": "application/json", "User-Agent": f"skilld/{__version__}"}
+        if settings.api_key:
+            headers["Authorization"] = f"Bearer {settings.api_key}"
+        self._http = httpx.AsyncClient(
+            transport=transport,
+            headers=headers,
+            timeout=httpx.Timeout(settings.timeout_seconds),
+            follow_redirects=False,
+        )
+        self._in_flight = anyio.Semaphore(max(1, settings.max_concurrency))
+        self._budget = _HourlyBudget(settings.max_calls_per_hour)
+        self._circuit = _CircuitBreaker(settings.circuit_failures, settings.circuit_reset_seconds)
+        self._format_level: FormatLevel = (
+            "json_schema" if settings.response_format == "auto" else settings.response_format
+        )
+        self._format_confirmed = False
+        # The last failure with the monotonic and the wall-clock time it happened at.
+        self._last_failure: tuple[LLMError, float, float] | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        schema_name: str = "skill_proposal",
+    ) -> LLMReply:
+        """One chat completion. ``json_schema`` asks for structured output; without it the
+        request carries no ``response_format`` at all."""
+        is_probe = self._circuit.admit(self._clock())
+        try:
+            reply = await self._chat_with_retries(messages, json_schema, schema_name)
+        except LLMError as error:
+            self._remember_failure(error)
+            raise
+        else:
+            self._circuit.record_success()
+            return reply
+        finally:
+            if is_probe:
+                self._circuit.abandon_probe()
+
+    def health(self) -> dict[str, Any]:
+        now = self._clock()
+        last_error: dict[str, Any] | None = None
+        if self._last_failure is not None:
+            error, failed_at, failed_at_wall = self._last_failure
+            last_error = {
+                "kind": error.kind,
+                "status": error.status,
+                "message": error.message,
+                "at": datetime.fromtimestamp(failed_at_wall, UTC).isoformat(),
+                "seconds_ago": round(now - failed_at, 3),
+            }
+        circuit = self._circuit
+        reopens_in = None
+        if circuit.state == "open" and circuit.opened_at is not None:
+            reopens_in = round(max(0.0, circuit.opened_at + circuit.reset_seconds - now), 3)
+        return {
+            "circuit": circuit.state,
+            "consecutive_failures": circuit.consecutive_failures,
+            "circuit_reopens_in_seconds": reopens_in,
+            "last_error": last_error,
+            "calls_last_hour": self._budget.count(now),
+            "max_calls_per_hour": self.settings.max_calls_per_hour,
+            "response_format": self._format_level,
+            "response_format_confirmed": self._format_confirmed,
+        }
+
+    def _remember_failure(self, error: LLMError) -> None:
+        if error.kind == "circuit_open":
+            return
+        now = self._clock()
+        self._circuit.record_failure(error.kind, now)
+        self._last_failure = (error, now, time.time())
+        _log.warning(
+            "llm.call_failed",
+            kind=error.kind,
+            status=error.status,
+            error=error.message,
+            circuit=self._circuit.state,
+        )
+
+    async def _chat_with_retries(
+        self,
+        messages: list[dict[str, Any]],
+        json_schema: Mapping[str, Any] | None,
+        schema_name: str,
+    ) -> LLMReply:
+        level: FormatLevel = self._format_level if json_schema is not None else "none"
+        attempts = 0
+        retries_used = 0
+        while True:
+            body: dict[str, Any] = {
+                "model": self.settings.model,
+                "messages": messages,
+                "temperature": self.settings.temperature,
+                "max_tokens": self.settings.max_tokens,
+            }
+            if json_schema is not None:
+                response_format = response_format_payload(level, json_schema, schema_name)
+                if response_format is not None:
+                    body["response_format"] = response_format
+            attempts += 1
+            try:
+                response = await self._send(body)
+            except LLMError as error:
+                if error.kind in ("transport", "timeout") and error.retryable:
+                    if retries_used < self.settings.max_retries:
+                        await self._wait_before_retry(retries_used, None, error)
+                        retries_used += 1
+                        continue
+                    raise self._exhausted(error, attempts) from None
+                raise
+            if response.is_success:
+                reply = self._decode(response, attempts)
+                if json_schema is not None:
+                    self._format_level = level
+                    self._format_confirmed = True
+                return reply
+            server_message = self._server_message(response)
+            fallback = _FALLBACK_AFTER.get(level) if json_schema is not None else None
+            if fallback is not None and self.settings.response_format == "auto":
+                refusal = format_refusal(
+                    response.status_code,
+                    response.text[:2000],
+                    level_confirmed=self._format_confirmed and level == self._format_level,
+                )
+                if refusal != "no":
+                    _log.info(
+                        "llm.response_format_fallback",
+                        refused=level,
+                        trying=fallback,
+                        status=response.status_code,
+                        explicit=refusal == "explicit",
+                    )
+                    if refusal == "explicit":
+                        self._format_level = fallback
+                        self._format_confirmed = False
+                    level = fallback
+                    continue
+            error = error_for_status(response.status_code, server_message)
+            if not error.retryable:
+                raise error
+            if retries_used >= self.settings.max_retries:
+                raise self._exhausted(error, attempts)
+            retry_after = parse_retry_after(response.headers, time.time())
+            await self._wait_before_retry(retries_used, retry_after, error)
+            retries_used += 1
+
+    async def _send(self, body: dict[str, Any]) -> httpx.Response:
+        async with self._in_flight:
+            self._budget.spend(self._clock())
+            try:
+                with anyio.fail_after(self.settings.timeout_seconds):
+                    return await self._http.post(self._url, json=body)
+            except (TimeoutError, httpx.TimeoutException):
+                raise LLMError(
+                    "timeout",
+                    f"no reply from {self._host} within {self.settings.timeout_seconds:g}s",
+                    retryable=True,
+                ) from None
+            except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as error:
+                raise LLMError(
+                    "transport",
+                    self._scrub(f"{type(error).__name__} talking to {self._host}: {error}"),
+                    retryable=True,
+                ) from None
+            except httpx.TransportError as error:
+                raise LLMError(
+                    "transport",
+                    self._scrub(f"{type(error).__name__} talking to {self._host}: {error}"),
+                ) from None
+
+    async def _wait_before_retry(
+        self, retry_index: int, retry_after: float | None, error: LLMError
+    ) -> None:
+        delay = backoff_delay(retry_index, retry_after, self.settings, self._rng)
+        _log.info(
+            "llm.retry",
+            kind=error.kind,
+            status=error.status,
+            retry=retry_index + 1,
+            of=self.settings.max_retries,
+            delay_seconds=round(delay, 3),
+            server_asked=retry_after is not None,
+        )
+        await self._sleep(delay)
+
+    def _decode(self, response: httpx.Response, attempts: int) -> LLMReply:
+        try:
+            document = response.json()
+        except (ValueError, UnicodeDecodeError):
+            content_type = response.headers.get("content-type", "unknown")
+            raise LLMError(
+                "bad_response",
+                f"the server answered with a non-JSON body (content-type {content_type})",
+                status=response.status_code,
+            ) from None
+        try:
+            return parse_completion(document, attempts)
+        except LLMError as error:
+            raise LLMError(
+                "bad_response", self._scrub(error.message), status=response.status_code
+            ) from None
+
+    def _exhausted(self, error: LLMError, attempts: int) -> LLMError:
+        return LLMError(
+            error.kind,
+            f"{error.message} (gave up after {attempts} attempt{'s' if attempts > 1 else ''})",
+            status=error.status,
+            retryable=True,
+        )
+
+    def _server_message(self, response: httpx.Response) -> str:
+        try:
+            document = response.json()
+        except (ValueError, UnicodeDecodeError):
+            text = response.text
+        else:
+            if isinstance(document, dict) and "error" in document:
+                text = _error_text(document["error"])
+            elif isinstance(document, dict) and isinstance(document.get("message"), str):
+                text = document["message"]
+            else:
+                text = response.text
+        return self._scrub(" ".join(text.split())[:_SERVER_MESSAGE_LIMIT])
+
+    def _scrub(self, text: str) -> str:
+        """Servers and libraries sometimes echo credentials; none may reach a log line."""
+        if self.settings.api_key:
+            text = text.replace(self.settings.api_key, "[REDACTED:api_key]")
+        return text
+
+
+def _non_negative_number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(value) or value < 0 else value
+
+
+def _error_text(error: object) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        return message if isinstance(message, str) else str(error)
+    return str(error)
+
+
+def _message_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "".join(parts)
+    return ""
+
+
+def _usage(usage: object) -> dict[str, int]:
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        key: value
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens")
+        if isinstance(value := usage.get(key), int) and not isinstance(value, bool)
+    }

@@ -1,0 +1,449 @@
+"""The skill-file format: YAML frontmatter plus a Markdown body, in three dialects.
+
+This module owns how a skill is read from and written to text; nothing else builds or
+splits frontmatter. Writing goes through PyYAML's safe dumper only (never string pasting),
+and writes only the keys of the chosen dialect, so a skill can never gain ``allowed-tools``,
+``hooks``, ``model`` or any other key by way of the LLM or of a file someone else wrote.
+
+Reading is deliberately forgiving (BOM, CRLF, either spelling of when-to-use, trailing
+blanks on the ``---`` lines) because skilld also lists skills that people wrote by hand.
+Writing is canonical: LF line endings and a body that ends in exactly one newline, so that
+rendering the same skill twice gives the same bytes and the same ``content_hash``.
+
+Claude Code runs shell commands written in a skill as ``!`` directly followed by a
+backtick-quoted command, and fenced blocks opened with three backticks directly followed by
+``!``, before the model reads the skill. Its preprocessor works on raw text: code spans,
+code fences and a backslash before the ``!`` do not stop it. A skill learned from an
+untrusted transcript must never run a command on load, so the claude dialect breaks both
+triggers when rendering: a space goes between ``!`` and the backtick, and a backslash between
+the fence and its ``!`` (Markdown still shows that info string as ``!``). Parsing does not undo
+this; rendering an already neutralised text changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from skilld.skills.names import DIALECTS, InvalidName, require_dialect, validate_name
+
+__all__ = [
+    "AGENTSKILLS_WHEN_MARKER",
+    "DESCRIPTION_LIMITS",
+    "DIALECTS",
+    "FORBIDDEN_KEYS",
+    "WHEN_TO_USE_LIMIT",
+    "InvalidSkill",
+    "SkillDoc",
+    "SkillParseError",
+    "content_hash",
+    "neutralise_shell_injection",
+    "parse_skill",
+    "render_skill",
+    "validate_skill",
+]
+
+DESCRIPTION_LIMITS: Mapping[str, int] = MappingProxyType(
+    {"dsh": 500, "claude": 1024, "agentskills": 1024}
+)
+#: The design gives no limit for when-to-use; one keeps a runaway model from filling every
+#: prompt that lists skills.
+WHEN_TO_USE_LIMIT = 1024
+#: How the agentskills dialect folds when-to-use into the description.
+AGENTSKILLS_WHEN_MARKER = " Use when "
+
+#: Keys skilld never writes, whatever a SkillDoc carries. The legacy camelCase spellings make
+#: DSH ignore the whole file.
+FORBIDDEN_KEYS = frozenset(
+    {"allowed-tools", "hooks", "model", "context", "disableModelInvocation", "userInvocable"}
+)
+
+_DISABLE_KEY = "disable-model-invocation"
+_WHEN_KEYS = {"dsh": "whenToUse", "claude": "when_to_use"}
+_WHEN_KEY_SPELLINGS = frozenset(_WHEN_KEYS.values())
+_KNOWN_KEYS = frozenset({"name", "description", "metadata", _DISABLE_KEY}) | _WHEN_KEY_SPELLINGS
+_ANGLE_BRACKET_DIALECTS = frozenset({"claude", "agentskills"})
+
+_DELIMITER_LINE = re.compile(r"^---[ \t]*$", re.MULTILINE)
+_OPENING_LINE = re.compile(r"---[ \t]*(?:\n|\Z)")
+_FENCE_TRIGGER = re.compile(r"(```+)!")
+# Characters YAML (or str.splitlines) treats as a line break.
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+# Wide enough that the emitter never folds a line; folding would be harmless YAML but makes
+# diffs of skill files noisy.
+_NO_FOLD_WIDTH = 2**31 - 1
+
+
+class SkillParseError(ValueError):
+    """The text is not a skill file; the message says why."""
+
+
+class InvalidSkill(ValueError):
+    """A skill breaks a rule of its dialect; the message names the rule."""
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True)
+class SkillDoc:
+    """One skill as plain values, independent of dialect."""
+
+    name: str
+    description: str
+    when_to_use: str | None = None
+    body: str = ""
+    metadata: Mapping[str, str] = field(default_factory=_frozen_mapping, hash=False)
+    disable_model_invocation: bool = False
+    #: Other frontmatter keys found when parsing a file someone else wrote. Kept so callers
+    #: can see them (e.g. a legacy ``disableModelInvocation``); never rendered.
+    extra: Mapping[str, Any] = field(default_factory=_frozen_mapping, hash=False)
+
+    def __post_init__(self) -> None:
+        # Copy into read-only views so a frozen SkillDoc cannot change through a shared dict.
+        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
+        object.__setattr__(self, "extra", _frozen_mapping(self.extra))
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_skill(text: str | bytes, *, dialect: str | None = None) -> SkillDoc:
+    """Read a skill file.
+
+    ``dialect`` only changes interpretation where dialects disagree: with ``agentskills`` a
+    description of the form ``"<description> Use when <when>"`` is unfolded (unless the file
+    also has an explicit when-to-use key), and the dialect's own when-to-use spelling wins
+    when a file has both.
+    """
+    if dialect is not None:
+        require_dialect(dialect)
+    text = _normalise_newlines(_decode(text))
+    opening = _OPENING_LINE.match(text)
+    if opening is None:
+        raise SkillParseError("no frontmatter: the first line must be '---'")
+    closing = _DELIMITER_LINE.search(text, opening.end())
+    if closing is None:
+        raise SkillParseError("frontmatter is not closed: no '---' line after the first")
+    frontmatter = _load_frontmatter(text[opening.end() : closing.start()])
+    body = text[closing.end() + 1 :]  # +1 skips the closing line's newline (if any)
+    return _doc_from_frontmatter(frontmatter, body, dialect)
+
+
+def _decode(text: str | bytes) -> str:
+    if isinstance(text, bytes):
+        try:
+            return text.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise SkillParseError(f"not valid UTF-8 at byte {error.start}") from error
+    if not isinstance(text, str):
+        raise SkillParseError(f"expected str or bytes, not {type(text).__name__}")
+    return text.removeprefix("\ufeff")
+
+
+def _normalise_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _load_frontmatter(source: str) -> Mapping[Any, Any]:
+    try:
+        loaded = yaml.safe_load(source)
+    except yaml.YAMLError as error:
+        raise SkillParseError(f"frontmatter is not valid YAML: {error}") from error
+    except RecursionError as error:
+        raise SkillParseError("frontmatter is nested too deeply") from error
+    if loaded is None:
+        raise SkillParseError("frontmatter is empty; 'name' and 'description' are required")
+    if not isinstance(loaded, dict):
+        raise SkillParseError(f"frontmatter must be a YAML mapping, not {_yaml_type_name(loaded)}")
+    return loaded
+
+
+def _doc_from_frontmatter(
+    frontmatter: Mapping[Any, Any], body: str, dialect: str | None
+) -> SkillDoc:
+    name = frontmatter.get("name")
+    if name is None:
+        raise SkillParseError("frontmatter has no 'name'")
+    if isinstance(name, int) and not isinstance(name, bool):
+        name = str(name)  # an all-digit name is valid kebab-case but loads as an int
+    if not isinstance(name, str):
+        raise SkillParseError(f"'name' must be a string, not {_yaml_type_name(name)}")
+    description = frontmatter.get("description")
+    if description is None:
+        raise SkillParseError("frontmatter has no 'description'")
+    if not isinstance(description, str):
+        raise SkillParseError(f"'description' must be a string, not {_yaml_type_name(description)}")
+
+    when_key, other_when_key = _when_keys_in_order(dialect)
+    when_to_use = _optional_text(frontmatter, when_key)
+    consumed = {when_key}
+    if when_to_use is None:
+        when_to_use = _optional_text(frontmatter, other_when_key)
+        consumed.add(other_when_key)
+    explicit_when = when_key in frontmatter or other_when_key in frontmatter
+    if dialect == "agentskills" and not explicit_when:
+        description, when_to_use = _unfold_description(description)
+
+    disable = frontmatter.get(_DISABLE_KEY, False)
+    if disable is None:
+        disable = False
+    if not isinstance(disable, bool):
+        raise SkillParseError(f"'{_DISABLE_KEY}' must be true or false")
+
+    extra = {
+        str(key): value
+        for key, value in frontmatter.items()
+        if key not in _KNOWN_KEYS or (key in _WHEN_KEY_SPELLINGS and key not in consumed)
+    }
+    return SkillDoc(
+        name=name,
+        description=description,
+        when_to_use=when_to_use,
+        body=body,
+        metadata=_parse_metadata(frontmatter.get("metadata")),
+        disable_model_invocation=disable,
+        extra=extra,
+    )
+
+
+def _when_keys_in_order(dialect: str | None) -> tuple[str, str]:
+    if dialect == "claude":
+        return "when_to_use", "whenToUse"
+    return "whenToUse", "when_to_use"
+
+
+def _optional_text(frontmatter: Mapping[Any, Any], key: str) -> str | None:
+    value = frontmatter.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise SkillParseError(f"{key!r} must be a string, not {_yaml_type_name(value)}")
+    return value
+
+
+def _unfold_description(description: str) -> tuple[str, str | None]:
+    """Split ``"<description> Use when <when>"`` at the first marker.
+
+    Splitting at the first marker makes render∘parse∘render equal render for every text; an
+    empty remainder is not a when-to-use, so such a description stays whole.
+    """
+    before, marker, after = description.partition(AGENTSKILLS_WHEN_MARKER)
+    if not marker or not after:
+        return description, None
+    return before, after
+
+
+def _parse_metadata(value: object) -> Mapping[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SkillParseError(f"'metadata' must be a mapping, not {_yaml_type_name(value)}")
+    metadata: dict[str, str] = {}
+    for key, item in value.items():
+        text_key = _metadata_text("key", key)
+        metadata[text_key] = _metadata_text(text_key, item)
+    return metadata
+
+
+def _metadata_text(key: str, value: object) -> str:
+    """Coerce a YAML scalar to the text a person would have meant by it."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    raise SkillParseError(f"metadata {key!r} must be a scalar, not {_yaml_type_name(value)}")
+
+
+def _yaml_type_name(value: object) -> str:
+    names = {dict: "a mapping", list: "a list", bool: "a boolean", str: "a string"}
+    for kind, label in names.items():
+        if isinstance(value, kind):
+            return label
+    return type(value).__name__
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+class _SkillDumper(yaml.SafeDumper):
+    """SafeDumper that puts any string with a line break in double quotes.
+
+    PyYAML's default for such strings is a multi-line single-quoted scalar, which loses
+    U+0085 on the way back and spreads one value over several lines; a double-quoted scalar
+    escapes every break, so each value stays on one physical line.
+    """
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if any(character in _LINE_BREAKS for character in value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_SkillDumper.add_representer(str, _represent_str)
+
+
+def render_skill(doc: SkillDoc, dialect: str) -> str:
+    """Write ``doc`` as the text of a skill file in ``dialect``.
+
+    Only the dialect's keys are written (see the module docstring for the claude dialect's
+    neutralising of shell directives). The body's line endings become LF and it ends in
+    exactly one newline. Render does not validate: call ``validate_skill`` first.
+    """
+    require_dialect(dialect)
+    neutralise = neutralise_shell_injection if dialect == "claude" else _unchanged
+    when_to_use = neutralise(doc.when_to_use) if doc.when_to_use else None
+    description = neutralise(doc.description)
+
+    frontmatter: dict[str, object] = {"name": doc.name}
+    if dialect == "agentskills":
+        frontmatter["description"] = _fold_description(description, when_to_use)
+    else:
+        frontmatter["description"] = description
+        if when_to_use is not None:
+            frontmatter[_WHEN_KEYS[dialect]] = when_to_use
+    if doc.metadata:
+        frontmatter["metadata"] = {
+            neutralise(key): neutralise(value) for key, value in doc.metadata.items()
+        }
+    if doc.disable_model_invocation and dialect != "agentskills":
+        frontmatter[_DISABLE_KEY] = True
+
+    dumped = yaml.dump(
+        frontmatter,
+        Dumper=_SkillDumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=_NO_FOLD_WIDTH,
+        default_flow_style=False,
+    )
+    return f"---\n{dumped}---\n{_canonical_body(neutralise(doc.body))}"
+
+
+def neutralise_shell_injection(text: str) -> str:
+    """Break Claude Code's load-time shell directives in ``text`` (idempotent)."""
+    return _FENCE_TRIGGER.sub(r"\1\\!", text.replace("!`", "! `"))
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _fold_description(description: str, when_to_use: str | None) -> str:
+    if when_to_use is None:
+        return description
+    return f"{description}{AGENTSKILLS_WHEN_MARKER}{when_to_use}"
+
+
+def _canonical_body(body: str) -> str:
+    return _normalise_newlines(body).rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_skill(doc: SkillDoc, dialect: str, *, max_content_chars: int = 20000) -> None:
+    """Raise ``InvalidSkill`` naming the first rule ``doc`` breaks in ``dialect``."""
+    require_dialect(dialect)
+    try:
+        validate_name(doc.name, dialect=dialect)
+    except InvalidName as error:
+        raise InvalidSkill(str(error)) from error
+    _check_description(doc.description, dialect)
+    _check_when_to_use(doc.when_to_use, dialect)
+    if dialect == "agentskills":
+        folded = _fold_description(doc.description, doc.when_to_use or None)
+        limit = DESCRIPTION_LIMITS[dialect]
+        if len(folded) > limit:
+            raise InvalidSkill(
+                f"description with when-to-use folded in is {len(folded)} characters; "
+                f"the agentskills dialect allows {limit}"
+            )
+        if doc.disable_model_invocation:
+            raise InvalidSkill(f"'{_DISABLE_KEY}' cannot be written in the agentskills dialect")
+    _check_metadata(doc.metadata)
+    _check_body(doc.body, max_content_chars)
+
+
+def _check_description(description: object, dialect: str) -> None:
+    if not isinstance(description, str):
+        raise InvalidSkill(f"description must be a string, not {type(description).__name__}")
+    if not description.strip():
+        raise InvalidSkill("description must not be empty")
+    limit = DESCRIPTION_LIMITS[dialect]
+    if len(description) > limit:
+        raise InvalidSkill(
+            f"description is {len(description)} characters; the {dialect} dialect allows {limit}"
+        )
+    _check_field_text("description", description, dialect)
+
+
+def _check_when_to_use(when_to_use: object, dialect: str) -> None:
+    if when_to_use is None or when_to_use == "":
+        return
+    if not isinstance(when_to_use, str):
+        raise InvalidSkill(f"when_to_use must be a string, not {type(when_to_use).__name__}")
+    if not when_to_use.strip():
+        raise InvalidSkill("when_to_use is blank; leave it unset instead")
+    if len(when_to_use) > WHEN_TO_USE_LIMIT:
+        raise InvalidSkill(
+            f"when_to_use is {len(when_to_use)} characters; at most {WHEN_TO_USE_LIMIT} are allowed"
+        )
+    _check_field_text("when_to_use", when_to_use, dialect)
+
+
+def _check_field_text(label: str, text: str, dialect: str) -> None:
+    if dialect in _ANGLE_BRACKET_DIALECTS and ("<" in text or ">" in text):
+        raise InvalidSkill(f"{label} must not contain '<' or '>' in the {dialect} dialect")
+    if dialect == "agentskills" and any(character in _LINE_BREAKS for character in text):
+        raise InvalidSkill(f"{label} must be a single line in the agentskills dialect")
+    for character in text:
+        if character in "\n\t":
+            continue
+        if unicodedata.category(character) == "Cc" or character in _LINE_BREAKS:
+            raise InvalidSkill(
+                f"{label} contains U+{ord(character):04X}, a control character or line "
+                "separator; only newline and tab are allowed"
+            )
+
+
+def _check_metadata(metadata: Mapping[str, str]) -> None:
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidSkill(f"metadata key {key!r} must be a non-empty string")
+        if not isinstance(value, str):
+            raise InvalidSkill(f"metadata {key!r} must be a string, not {type(value).__name__}")
+
+
+def _check_body(body: object, max_content_chars: int) -> None:
+    if not isinstance(body, str):
+        raise InvalidSkill(f"body must be a string, not {type(body).__name__}")
+    if not body.strip():
+        raise InvalidSkill("body must not be empty")
+    if len(body) > max_content_chars:
+        raise InvalidSkill(
+            f"body is {len(body)} characters; at most {max_content_chars} are allowed"
+        )
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 hex digest of ``text`` as UTF-8: what ownership compares files by."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,620 @@
+"""The skill library: discovery, ownership, and every change to a skill file.
+
+This module owns the ownership invariant (DESIGN.md §3): skilld changes a file only if skilld
+wrote it and nobody changed it since, and never a pinned one. Every change is an atomic write,
+keeps the previous version in history, and appends an event.
+
+Crash safety of ownership: before a file is replaced, its provenance row is committed with the
+new hash *and* the old one (`prev_sha256`). Whichever of the two a crash leaves on disk, the file
+is still recognised as skilld's, so a repeated reflection rewrites it instead of calling it human.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from skilld.fsutil import UnsafePath, atomic_write, contained_path, remove_stray_temps
+from skilld.log import get_logger
+from skilld.skills.document import (
+    SkillDoc,
+    SkillParseError,
+    parse_skill,
+    render_skill,
+    validate_skill,
+)
+from skilld.skills.names import InvalidName, validate_name
+from skilld.skills.usage import UsageStore
+from skilld.state import StateDB
+
+Owner = Literal["managed", "human", "bundled", "hub", "external"]
+Layout = Literal["dir", "flat"]
+
+SKILL_FILE = "SKILL.md"
+ARCHIVE_DIR = ".archive"
+BUNDLED_MANIFEST = ".bundled_manifest"
+HUB_LOCK = Path(".hub") / "lock.json"
+#: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
+USER_RANK = 400
+EXTRA_RANK = 100
+
+
+class LibraryError(Exception):
+    """An operation on the library was refused; the message says why."""
+
+
+class Protected(LibraryError):
+    """The skill is not skilld's to change (human, bundled, hub, external) or is pinned."""
+
+
+class CapReached(LibraryError):
+    """Creating another managed skill would exceed `skills.max_managed`."""
+
+
+class NotFound(LibraryError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SkillEntry:
+    name: str
+    path: Path
+    root: Path
+    rank: int
+    layout: Layout
+    owner: Owner
+    sha256: str | None
+    doc: SkillDoc | None
+    error: str | None = None  # set when the file does not parse: listed as broken
+
+    @property
+    def broken(self) -> bool:
+        return self.error is not None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    outcome: Literal["created", "updated", "unchanged"]
+    name: str
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryVersion:
+    version: str  # file stem: sortable UTC stamp and short hash
+    path: Path
+    saved_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who asks for a change, for the event log and provenance."""
+
+    source: str  # "cli", "tool", "evolve", "curator"
+    session: str | None = None
+    first_message: int | None = None
+    last_message: int | None = None
+    model: str | None = None
+    prompt_version: str | None = None
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Library:
+    def __init__(
+        self,
+        skills_dir: Path,
+        state: StateDB,
+        usage: UsageStore,
+        *,
+        history_dir: Path,
+        dialect: str = "dsh",
+        layout: Layout = "dir",
+        extra_dirs: tuple[Path, ...] = (),
+        max_content_chars: int = 20000,
+        history_keep: int = 10,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = skills_dir
+        self.state = state
+        self.usage = usage
+        self.history_dir = history_dir
+        self.dialect = dialect
+        self.layout = layout
+        self.extra_dirs = extra_dirs
+        self.max_content_chars = max_content_chars
+        self.history_keep = history_keep
+        self._clock = clock
+        self._log = get_logger("skilld.library")
+
+    @classmethod
+    def from_config(cls, config: Any, state: StateDB, usage: UsageStore) -> Library:
+        skills = config.skills
+        return cls(
+            skills.dir,
+            state,
+            usage,
+            history_dir=config.state.dir / "history",
+            dialect=skills.dialect,
+            layout=skills.layout,
+            extra_dirs=skills.extra_dirs,
+            max_content_chars=skills.max_content_chars,
+            history_keep=skills.history_keep,
+        )
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def prepare(self) -> list[Path]:
+        """Create the skills dir and remove temp files a crash left behind."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        return remove_stray_temps(self.root, depth=2) + remove_stray_temps(
+            self.root / ARCHIVE_DIR, depth=2
+        )
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    def discover(self, *, include_extra: bool = True) -> list[SkillEntry]:
+        """Every skill, one per name (lowest rank wins), sorted by name."""
+        bundled, hub = self._bundled_names(), self._hub_names()
+        provenance = self.state.all_provenance()
+        found: dict[str, SkillEntry] = {}
+        roots = [(self.root, USER_RANK, False)]
+        if include_extra:
+            roots += [(d, EXTRA_RANK + i, True) for i, d in enumerate(self.extra_dirs)]
+        for root, rank, external in roots:
+            for entry in self._scan_root(root, rank):
+                owner: Owner
+                if external:
+                    owner = "external"
+                elif entry.name in bundled:
+                    owner = "bundled"
+                elif entry.name in hub:
+                    owner = "hub"
+                else:
+                    record = provenance.get(entry.name)
+                    is_ours = record is not None and entry.sha256 in (
+                        record.sha256,
+                        record.prev_sha256,
+                    )
+                    owner = "managed" if is_ours else "human"
+                entry = replace(entry, owner=owner)
+                current = found.get(entry.name)
+                if current is None or entry.rank < current.rank:
+                    found[entry.name] = entry
+        return [found[name] for name in sorted(found)]
+
+    def get(self, name: str) -> SkillEntry | None:
+        for entry in self.discover():
+            if entry.name == name:
+                return entry
+        return None
+
+    def managed_names(self) -> list[str]:
+        return [e.name for e in self.discover(include_extra=False) if e.owner == "managed"]
+
+    def _scan_root(self, root: Path, rank: int) -> Iterator[SkillEntry]:
+        try:
+            children = sorted(os.scandir(root), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            self._log.warning("skills_root_unreadable", root=str(root), error=str(exc))
+            return
+        real_root = root.resolve()
+        dirs: dict[str, os.DirEntry[str]] = {}
+        flats: dict[str, os.DirEntry[str]] = {}
+        for child in children:
+            if child.name.startswith("."):
+                continue  # .archive, .hub, .usage.json, temp files
+            if child.is_dir():
+                dirs[child.name] = child
+            elif child.name.endswith(".md") and child.is_file():
+                flats[child.name[:-3]] = child
+        for name, child in dirs.items():
+            if name in flats:
+                self._log.warning(
+                    "skill_layout_clash", name=name, kept=str(Path(child.path) / SKILL_FILE)
+                )
+            path = Path(child.path) / SKILL_FILE
+            if not path.exists() and not path.is_symlink():
+                continue
+            yield self._load(name, path, root, real_root, rank, "dir")
+        for name, child in flats.items():
+            if name not in dirs:
+                yield self._load(name, Path(child.path), root, real_root, rank, "flat")
+
+    def _load(
+        self, name: str, path: Path, root: Path, real_root: Path, rank: int, layout: Layout
+    ) -> SkillEntry:
+        base = SkillEntry(name, path, root, rank, layout, "human", None, None)
+        target = path.resolve()
+        if target != real_root and real_root not in target.parents:
+            return replace(base, error=f"links out of {root}; ignored")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            return replace(base, error=f"unreadable: {exc.strerror or exc}")
+        digest = sha256_bytes(data)
+        try:
+            doc = parse_skill(data, dialect=self.dialect)
+        except SkillParseError as exc:
+            return replace(base, sha256=digest, error=str(exc))
+        if doc.name != name:
+            return replace(
+                base, sha256=digest, doc=doc, error=f"frontmatter name {doc.name!r} != {name!r}"
+            )
+        return replace(base, sha256=digest, doc=doc)
+
+    def _bundled_names(self) -> set[str]:
+        try:
+            text = (self.root / BUNDLED_MANIFEST).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return set()
+        names = (line.split(":", 1)[0].strip() for line in text.splitlines())
+        return {name for name in names if name and not name.startswith("#")}
+
+    def _hub_names(self) -> set[str]:
+        try:
+            data = json.loads((self.root / HUB_LOCK).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return set()
+        installed = data.get("installed") if isinstance(data, dict) else None
+        return set(installed) if isinstance(installed, dict) else set()
+
+    # -- guards ------------------------------------------------------------------------------
+
+    def check_name(self, name: str) -> str:
+        try:
+            return validate_name(name, dialect=self.dialect)
+        except InvalidName as exc:
+            raise LibraryError(str(exc)) from None
+
+    def _is_pinned(self, name: str) -> bool:
+        record = self.usage.get(name)
+        return bool(record and record.get("pinned"))
+
+    def _refuse(
+        self, name: str, reason: str, origin: Origin, also: Callable[[str], None] | None
+    ) -> Protected:
+        with self.state.transaction():
+            self.state.add_event(
+                "protected",
+                skill=name,
+                session=origin.session,
+                source=origin.source,
+                reason=reason,
+            )
+            if also:
+                also("protected")
+        return Protected(reason)
+
+    def _require_changeable(
+        self,
+        entry: SkillEntry,
+        origin: Origin,
+        also: Callable[[str], None] | None,
+        *,
+        force: bool = False,
+    ) -> None:
+        """Only managed, unpinned skills change; `force` lets a person take over a human one."""
+        if self._is_pinned(entry.name):
+            raise self._refuse(entry.name, f"{entry.name} is pinned", origin, also)
+        if entry.owner == "managed" or (force and entry.owner == "human"):
+            return
+        raise self._refuse(
+            entry.name, f"{entry.name} is owned by {entry.owner}, not skilld", origin, also
+        )
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def write(
+        self,
+        doc: SkillDoc,
+        origin: Origin,
+        *,
+        cap: int | None = None,
+        force: bool = False,
+        also: Callable[[str], None] | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Create or update a skill.
+
+        `also(outcome)` runs inside the transaction that records the outcome's event, so that a
+        caller's own bookkeeping (a session watermark) commits together with it.
+
+        Raises LibraryError (bad name or content), Protected, or CapReached.
+        """
+        name = self.check_name(doc.name)
+        metadata = {**doc.metadata, "managed-by": "skilld"}
+        if origin.session:
+            metadata["source-session"] = origin.session
+        existing = self.get(name)
+        version = 1
+        if existing is not None:
+            self._require_changeable(existing, origin, also, force=force)
+            if existing.doc is not None:
+                previous = existing.doc.metadata.get("version", "0")
+                version = int(previous) + 1 if str(previous).isdigit() else 1
+                if "source-session" in existing.doc.metadata and not origin.session:
+                    metadata["source-session"] = existing.doc.metadata["source-session"]
+        doc = replace(doc, name=name, metadata={**metadata, "version": str(version)})
+        try:
+            validate_skill(doc, self.dialect, max_content_chars=self.max_content_chars)
+        except ValueError as exc:
+            raise LibraryError(str(exc)) from None
+
+        if existing is not None and existing.doc is not None and _same_skill(existing.doc, doc):
+            with self.state.transaction():
+                self.state.add_event(
+                    "unchanged", skill=name, session=origin.session, source=origin.source
+                )
+                if also:
+                    also("unchanged")
+            return WriteResult("unchanged", name, existing.path, existing.sha256 or "")
+
+        if existing is None:
+            if cap is not None and len(self.managed_names()) >= cap:
+                with self.state.transaction():
+                    self.state.add_event(
+                        "cap",
+                        skill=name,
+                        session=origin.session,
+                        source=origin.source,
+                        reason=f"{cap} managed skills already; creation refused",
+                    )
+                    if also:
+                        also("cap")
+                raise CapReached(f"the cap of {cap} managed skills is reached")
+            path = self._new_path(name)
+        else:
+            path = existing.path
+            self._save_history(name, existing.path)
+
+        data = render_skill(doc, self.dialect).encode("utf-8")
+        digest = sha256_bytes(data)
+        outcome: Literal["created", "updated"] = "created" if existing is None else "updated"
+        self.state.put_provenance(
+            name,
+            path=str(path),
+            sha256=digest,
+            prev_sha256=existing.sha256 if existing else None,
+            session=origin.session,
+            first_message=origin.first_message,
+            last_message=origin.last_message,
+            model=origin.model,
+            prompt_version=origin.prompt_version,
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, data)
+        with self.state.transaction():
+            self.state.put_provenance(name, path=str(path), sha256=digest)
+            self.state.add_event(
+                outcome,
+                skill=name,
+                session=origin.session,
+                source=origin.source,
+                detail={"path": str(path), "sha256": digest, "version": version, **(detail or {})},
+            )
+            if also:
+                also(outcome)
+        if outcome == "created":
+            self.usage.ensure(name, created_by="agent")
+        else:
+            self.usage.bump(name, "patch")
+        return WriteResult(outcome, name, path, digest)
+
+    def _new_path(self, name: str) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.layout == "flat":
+                return contained_path(self.root, f"{name}.md")
+            return contained_path(self.root, name, SKILL_FILE)
+        except UnsafePath as exc:
+            raise LibraryError(str(exc)) from None
+
+    def _entry_for_change(self, name: str) -> SkillEntry:
+        name = self.check_name(name)
+        entry = self.get(name)
+        if entry is None:
+            raise NotFound(f"no skill named {name}")
+        try:
+            contained_path(entry.root, *entry.path.relative_to(entry.root).parts)
+        except (UnsafePath, ValueError) as exc:
+            raise LibraryError(str(exc)) from None
+        return entry
+
+    def delete(self, name: str, origin: Origin, *, force: bool = False) -> Path:
+        entry = self._entry_for_change(name)
+        self._require_changeable(entry, origin, None, force=force)
+        self._save_history(entry.name, entry.path)
+        if entry.layout == "dir":
+            shutil.rmtree(entry.path.parent)
+        else:
+            entry.path.unlink()
+        with self.state.transaction():
+            self.state.drop_provenance(entry.name)
+            self.state.add_event(
+                "deleted",
+                skill=entry.name,
+                source=origin.source,
+                session=origin.session,
+                detail={"path": str(entry.path)},
+            )
+        self.usage.forget(entry.name)
+        return entry.path
+
+    def set_pinned(self, name: str, pinned: bool, origin: Origin) -> None:
+        name = self.check_name(name)
+        if self.get(name) is None and self.usage.get(name) is None:
+            raise NotFound(f"no skill named {name}")
+        self.usage.set_pinned(name, pinned)
+        self.state.add_event("pinned" if pinned else "unpinned", skill=name, source=origin.source)
+
+    # -- archive -----------------------------------------------------------------------------
+
+    def archive(
+        self,
+        name: str,
+        origin: Origin,
+        *,
+        reason: str | None = None,
+        force: bool = False,
+        detail: dict[str, Any] | None = None,
+    ) -> Path:
+        """Move a skill under `.archive/` (restorable, never deleted)."""
+        entry = self._entry_for_change(name)
+        if entry.root != self.root:
+            raise self._refuse(entry.name, f"{entry.name} is owned by external", origin, None)
+        self._require_changeable(entry, origin, None, force=force)
+        archive_root = self.root / ARCHIVE_DIR
+        archive_root.mkdir(exist_ok=True)
+        stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%SZ")
+        source = entry.path.parent if entry.layout == "dir" else entry.path
+        target_name = entry.name if entry.layout == "dir" else f"{entry.name}.md"
+        target = archive_root / target_name
+        if target.exists():
+            target = archive_root / (
+                f"{entry.name}-{stamp}" if entry.layout == "dir" else f"{entry.name}-{stamp}.md"
+            )
+        os.replace(source, target)
+        archived_at = datetime.fromtimestamp(self._clock(), UTC).isoformat(timespec="seconds")
+        self.usage.set_state(entry.name, "archived", archived_at=archived_at)
+        with self.state.transaction():
+            new_path = target / SKILL_FILE if entry.layout == "dir" else target
+            if self.state.provenance(entry.name):
+                self.state.put_provenance(entry.name, path=str(new_path), sha256=entry.sha256 or "")
+            self.state.add_event(
+                "archived",
+                skill=entry.name,
+                source=origin.source,
+                reason=reason,
+                detail={"path": str(new_path), **(detail or {})},
+            )
+        return target
+
+    def archived(self) -> dict[str, Path]:
+        """Archived skills by name -> their folder or file (newest archive wins a clash)."""
+        found: dict[str, tuple[float, Path]] = {}
+        root = self.root / ARCHIVE_DIR
+        with contextlib.suppress(FileNotFoundError):
+            for child in os.scandir(root):
+                if child.name.startswith(".") or child.is_symlink():
+                    continue
+                path = Path(child.path)
+                skill_file = path / SKILL_FILE if child.is_dir() else path
+                if not skill_file.is_file():
+                    continue
+                try:
+                    name = parse_skill(skill_file.read_bytes(), dialect=self.dialect).name
+                except (SkillParseError, OSError):
+                    continue
+                mtime = child.stat(follow_symlinks=False).st_mtime
+                if name not in found or found[name][0] < mtime:
+                    found[name] = (mtime, path)
+        return {name: path for name, (_, path) in found.items()}
+
+    def restore(self, name: str, origin: Origin) -> Path:
+        name = self.check_name(name)
+        source = self.archived().get(name)
+        if source is None:
+            raise NotFound(f"no archived skill named {name}")
+        if self.get(name) is not None:
+            raise LibraryError(f"a skill named {name} exists already; delete or rename it first")
+        target = self.root / name if source.is_dir() else self.root / f"{name}.md"
+        os.replace(source, target)
+        skill_file = target / SKILL_FILE if target.is_dir() else target
+        self.usage.restore(name)
+        with self.state.transaction():
+            if self.state.provenance(name):
+                self.state.put_provenance(
+                    name, path=str(skill_file), sha256=sha256_bytes(skill_file.read_bytes())
+                )
+            self.state.add_event(
+                "restored", skill=name, source=origin.source, detail={"path": str(skill_file)}
+            )
+        return skill_file
+
+    # -- history -----------------------------------------------------------------------------
+
+    def _save_history(self, name: str, path: Path) -> None:
+        if self.history_keep == 0:
+            return
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        folder = self.history_dir / name
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        atomic_write(folder / f"{stamp}-{sha256_bytes(data)[:12]}.md", data)
+        for old in self.history(name)[: -self.history_keep]:
+            old.path.unlink(missing_ok=True)
+
+    def history(self, name: str) -> list[HistoryVersion]:
+        """Saved versions, oldest first."""
+        folder = self.history_dir / self.check_name(name)
+        versions = []
+        with contextlib.suppress(FileNotFoundError):
+            for child in sorted(os.scandir(folder), key=lambda e: e.name):
+                if child.name.endswith(".md") and not child.name.startswith("."):
+                    stem = child.name[:-3]
+                    saved = datetime.strptime(stem.split("-")[0], "%Y%m%dT%H%M%S%fZ")
+                    saved_at = saved.replace(tzinfo=UTC).isoformat(timespec="seconds")
+                    versions.append(HistoryVersion(stem, Path(child.path), saved_at))
+        return versions
+
+    def rollback(
+        self, name: str, origin: Origin, *, version: str | None = None, force: bool = False
+    ) -> WriteResult:
+        """Restore a saved version (the newest by default); the current one is kept too."""
+        entry = self._entry_for_change(name)
+        versions = self.history(entry.name)
+        if not versions:
+            raise NotFound(f"{entry.name} has no saved versions")
+        chosen = (
+            versions[-1]
+            if version is None
+            else next((v for v in versions if v.version == version), None)
+        )
+        if chosen is None:
+            raise NotFound(f"{entry.name} has no version {version}")
+        self._require_changeable(entry, origin, None, force=force)
+        data = chosen.path.read_bytes()
+        self._save_history(entry.name, entry.path)
+        digest = sha256_bytes(data)
+        self.state.put_provenance(
+            entry.name, path=str(entry.path), sha256=digest, prev_sha256=entry.sha256
+        )
+        atomic_write(entry.path, data)
+        with self.state.transaction():
+            self.state.put_provenance(entry.name, path=str(entry.path), sha256=digest)
+            self.state.add_event(
+                "rolled_back",
+                skill=entry.name,
+                source=origin.source,
+                detail={"version": chosen.version, "sha256": digest},
+            )
+        self.usage.bump(entry.name, "patch")
+        return WriteResult("updated", entry.name, entry.path, digest)
+
+
+def _same_skill(current: SkillDoc, proposed: SkillDoc) -> bool:
+    """Same text for the agent; the version counter alone is no change."""
+    return (
+        current.description == proposed.description
+        and current.when_to_use == proposed.when_to_use
+        and current.body.strip() == proposed.body.strip()
+        and current.disable_model_invocation == proposed.disable_model_invocation
+    )

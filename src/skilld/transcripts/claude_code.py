@@ -1,0 +1,275 @@
+"""Claude Code sessions: `~/.claude/projects/<project>/<session>.jsonl`.
+
+Each line is a record with a `type`. `user` and `assistant` records carry an Anthropic
+`message` ({role, content: str | blocks}); tool results arrive as `tool_result` blocks in user
+records and are joined to their `tool_use` by id. One API response may be written as several
+assistant records sharing `message.id`; consecutive ones are merged back into one message.
+
+Dropped as noise: `isMeta` / compact-summary / transcript-only user records (skill bodies,
+command caveats, summaries the harness injected), synthetic and API-error assistant records,
+thinking blocks, and the bookkeeping types (summary, file-history-snapshot, progress,
+queue-operation, system, custom-title, ...). Attachments are dropped too, except that an
+`invoked_skills` attachment reports its skills as used.
+
+Subagents (`<project>/<session>/subagents/*.jsonl`, and the older `<project>/agent-*.jsonl`) are
+read only with `include_subagents`. Sidechain records inside a main session belong to a
+subagent and are skipped there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skilld.transcripts.filesource import LineFileSource, ParsedLines, SessionFile, find_files
+from skilld.transcripts.model import Message, ToolCall
+from skilld.transcripts.normalise import (
+    IMAGE_BLOCK_TYPES,
+    IMAGE_PLACEHOLDER,
+    compact_arguments,
+    content_text,
+    cut_text,
+    decode_record,
+    iso_timestamp,
+    pending_calls,
+    remember_call,
+    string_or_none,
+)
+from skilld.transcripts.usage_inference import skill_call_name
+
+#: User-record flags marking text the harness injected rather than the user typed.
+HARNESS_FLAGS = ("isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")
+#: User text that is a local command's output echoed into the transcript.
+HARNESS_TEXT_PREFIXES = (
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+)
+TOOL_CALL_BLOCK_TYPES = frozenset({"tool_use", "server_tool_use"})
+SYNTHETIC_MODEL = "<synthetic>"
+#: Skills already counted in a session, so that re-injected `invoked_skills` (after a
+#: compaction) are not counted again. Bounded to keep cursors small.
+MAX_REMEMBERED_SKILLS = 256
+SUBAGENTS_DIR = "subagents"
+LEGACY_SUBAGENT_PREFIX = "agent-"
+
+
+class ClaudeCodeSource(LineFileSource):
+    kind = "claude-code"
+    default_glob = "*/*.jsonl"
+
+    def session_files(self, errors: list[str]) -> list[SessionFile]:
+        if not self.path.exists():
+            return []
+        if not self.path.is_dir():
+            return [self._session_file(self.path)]
+        # The path may be the projects root or one project's directory.
+        is_project = any(self.path.glob("*.jsonl"))
+        depth_prefix = "" if is_project else "*/"
+        main_pattern = self.glob or ("*.jsonl" if is_project else self.default_glob)
+        candidates = find_files(self.path, main_pattern, errors)
+        if self.include_subagents:
+            pattern = f"{depth_prefix}*/{SUBAGENTS_DIR}/*.jsonl"
+            candidates += find_files(self.path, pattern, errors)
+        sessions: list[SessionFile] = []
+        for file in sorted(set(candidates)):
+            session = self._session_file(file)
+            if session.label is None or self.include_subagents:
+                sessions.append(session)
+        return _unique_keys(sessions, self.path)
+
+    def _session_file(self, file: Path) -> SessionFile:
+        if file.parent.name == SUBAGENTS_DIR:
+            parent = file.parent.parent.name
+            return SessionFile(file, f"{self.kind}:{parent}/{file.stem}", f"subagent of {parent}")
+        if file.stem.startswith(LEGACY_SUBAGENT_PREFIX):
+            return SessionFile(file, f"{self.kind}:{file.stem}", "subagent")
+        return SessionFile(file, f"{self.kind}:{file.stem}")
+
+    def parse_lines(
+        self, lines: list[bytes], state: dict[str, Any], session: SessionFile
+    ) -> ParsedLines:
+        reader = _Reader(
+            calls=pending_calls(state),
+            counted_skills=_string_list(state.get("skills")),
+            in_subagent=session.label is not None,
+            tool_result_max_chars=self.tool_result_max_chars,
+        )
+        for line in lines:
+            try:
+                record = decode_record(line)
+            except ValueError:
+                reader.parsed.skipped += 1
+                continue
+            if record is not None:
+                reader.add(record)
+        return reader.finish()
+
+
+@dataclass(slots=True)
+class _Reader:
+    calls: dict[str, str]
+    counted_skills: list[str]
+    in_subagent: bool
+    tool_result_max_chars: int
+    parsed: ParsedLines = field(default_factory=ParsedLines)
+    #: `message.id` of the last message when it is an assistant message (for merging).
+    open_assistant_id: str | None = None
+
+    def add(self, record: dict[str, Any]) -> None:
+        if record.get("isSidechain") is True and not self.in_subagent:
+            return
+        record_type = record.get("type")
+        if record_type == "assistant":
+            self._assistant(record)
+        elif record_type == "user":
+            self._user(record)
+        elif record_type == "attachment":
+            self._attachment(record.get("attachment"))
+
+    def finish(self) -> ParsedLines:
+        state: dict[str, Any] = {}
+        if self.calls:
+            state["calls"] = self.calls
+        if self.counted_skills:
+            state["skills"] = self.counted_skills[-MAX_REMEMBERED_SKILLS:]
+        self.parsed.state = state
+        return self.parsed
+
+    def _assistant(self, record: dict[str, Any]) -> None:
+        message = record.get("message")
+        if not isinstance(message, dict) or record.get("isApiErrorMessage") is True:
+            return
+        if message.get("model") == SYNTHETIC_MODEL:
+            return
+        text, tool_calls = _assistant_content(message.get("content"))
+        for call in tool_calls:
+            remember_call(self.calls, call.call_id, call.name)
+            skill = skill_call_name(call)
+            if skill is not None:
+                self._remember_skill(skill)
+        if not text and not tool_calls:
+            return
+        message_id = string_or_none(message.get("id"))
+        messages = self.parsed.messages
+        if message_id is not None and message_id == self.open_assistant_id:
+            previous = messages[-1]
+            messages[-1] = Message(
+                role="assistant",
+                text="\n".join(part for part in (previous.text, text) if part),
+                tool_calls=previous.tool_calls + tool_calls,
+                timestamp=previous.timestamp,
+            )
+            return
+        messages.append(
+            Message(
+                role="assistant",
+                text=text,
+                tool_calls=tool_calls,
+                timestamp=iso_timestamp(record.get("timestamp")),
+            )
+        )
+        self.open_assistant_id = message_id
+
+    def _user(self, record: dict[str, Any]) -> None:
+        if any(record.get(flag) is True for flag in HARNESS_FLAGS):
+            return
+        message = record.get("message")
+        if not isinstance(message, dict):
+            return
+        timestamp = iso_timestamp(record.get("timestamp"))
+        content = message.get("content")
+        texts: list[str] = []
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                block_type = block.get("type")
+                if block_type == "tool_result":
+                    self._append(self._tool_result(block, timestamp))
+                elif block_type == "text" and isinstance(block.get("text"), str):
+                    texts.append(block["text"])
+                elif block_type in IMAGE_BLOCK_TYPES:
+                    texts.append(IMAGE_PLACEHOLDER)
+        text = "\n".join(part for part in texts if part)
+        if text and not text.lstrip().startswith(HARNESS_TEXT_PREFIXES):
+            self._append(Message(role="user", text=text, timestamp=timestamp))
+
+    def _tool_result(self, block: dict[str, Any], timestamp: str | None) -> Message:
+        call_id = string_or_none(block.get("tool_use_id"))
+        text = content_text(block.get("content"))
+        if block.get("is_error") is True:
+            text = f"[error] {text}"
+        return Message(
+            role="tool",
+            text=cut_text(text, self.tool_result_max_chars),
+            tool_call_id=call_id,
+            tool_name=self.calls.pop(call_id, None) if call_id else None,
+            timestamp=timestamp,
+        )
+
+    def _attachment(self, attachment: Any) -> None:
+        if not isinstance(attachment, dict) or attachment.get("type") != "invoked_skills":
+            return
+        skills = attachment.get("skills")
+        for skill in skills if isinstance(skills, list) else ():
+            name = string_or_none(skill.get("name")) if isinstance(skill, dict) else None
+            if name is not None and name not in self.counted_skills:
+                self.parsed.skill_uses.append(name)
+                self._remember_skill(name)
+
+    def _append(self, message: Message) -> None:
+        self.parsed.messages.append(message)
+        self.open_assistant_id = None
+
+    def _remember_skill(self, name: str) -> None:
+        if name in self.counted_skills:
+            self.counted_skills.remove(name)
+        self.counted_skills.append(name)
+
+
+def _assistant_content(content: Any) -> tuple[str, tuple[ToolCall, ...]]:
+    if isinstance(content, str):
+        return content, ()
+    if not isinstance(content, list):
+        return "", ()
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        block_type = block.get("type")
+        if block_type == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block_type in TOOL_CALL_BLOCK_TYPES:
+            name = string_or_none(block.get("name"))
+            if name is not None:
+                calls.append(
+                    ToolCall(
+                        name=name,
+                        arguments=compact_arguments(block.get("input")),
+                        call_id=string_or_none(block.get("id")),
+                    )
+                )
+    return "\n".join(text for text in texts if text), tuple(calls)
+
+
+def _string_list(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _unique_keys(sessions: list[SessionFile], root: Path) -> list[SessionFile]:
+    """Qualify keys that two projects share (a session id copied between projects)."""
+    counts = Counter(session.key for session in sessions)
+    unique = []
+    for session in sessions:
+        if counts[session.key] > 1:
+            project = session.path.relative_to(root).parts[0]
+            kind, _, session_id = session.key.partition(":")
+            session = SessionFile(session.path, f"{kind}:{project}/{session_id}", session.label)
+        unique.append(session)
+    return unique

@@ -1,0 +1,296 @@
+"""OpenAI Codex CLI sessions: `~/.codex/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`.
+
+Each line is `{"timestamp", "type", "payload"}`. Only `response_item` lines carry the
+conversation (`session_meta`, `turn_context`, `event_msg` and `compacted` repeat or describe
+it); older rollouts wrote the response items bare, without the envelope, and are read too.
+
+Response items: `message` (user `input_text` / assistant `output_text` blocks; `developer` and
+`system` messages are the harness's prompts and are dropped), `function_call`,
+`custom_tool_call`, `local_shell_call` and `web_search_call` (tool calls, merged into the
+assistant message they follow), `function_call_output` / `custom_tool_call_output` (tool
+results, named by joining on `call_id`, kept in the cursor across reads), `reasoning` (dropped).
+
+User messages that are harness context rather than the user speaking (`<environment_context>`,
+`<user_instructions>`, AGENTS.md instructions, `<turn_aborted>`, a `!` shell command, ...) are
+dropped; a `<skill>` injection (the user mentioned `$name`) is dropped and reported as a use.
+
+The session id is the UUID that ends the file name (Codex names the rollout after the id in
+`session_meta`); for a file named otherwise, the `session_meta` id from its first line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from skilld.transcripts.filesource import LineFileSource, ParsedLines, SessionFile, find_files
+from skilld.transcripts.model import Message, ToolCall
+from skilld.transcripts.normalise import (
+    compact_arguments,
+    content_text,
+    cut_text,
+    decode_record,
+    iso_timestamp,
+    pending_calls,
+    remember_call,
+    string_or_none,
+)
+from skilld.transcripts.tailer import DEFAULT_MAX_LINE_BYTES
+
+_SESSION_UUID = re.compile(
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$", re.IGNORECASE
+)
+_SKILL_NAME = re.compile(r"<name>\s*([^<]+?)\s*</name>")
+SKILL_INJECTION_PREFIX = "<skill"
+#: Openings of user-role messages that Codex writes as context for the model.
+HARNESS_USER_PREFIXES = (
+    "<environment_context>",
+    "<user_instructions>",
+    "# agents.md instructions for ",
+    "<turn_aborted>",
+    "<user_shell_command>",
+    "<context_update>",
+    "<subagent_notification>",
+    "<tool_context>",
+    "<reasoning_context>",
+    "<pinned_notes>",
+)
+TOOL_CALL_TYPES = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "web_search_call"}
+)
+TOOL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+RESPONSE_ITEM_TYPES = frozenset({"message", "reasoning"}) | TOOL_CALL_TYPES | TOOL_OUTPUT_TYPES
+_PEEK_CHUNK_BYTES = 64 * 1024
+
+
+class CodexSource(LineFileSource):
+    kind = "codex"
+    default_glob = "**/rollout-*.jsonl"
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        glob: str | None = None,
+        include_subagents: bool = False,
+        tool_result_max_chars: int = 2000,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
+        super().__init__(
+            path,
+            glob=glob,
+            include_subagents=include_subagents,
+            tool_result_max_chars=tool_result_max_chars,
+            max_line_bytes=max_line_bytes,
+        )
+        # Session ids read from first lines, by path, valid while (device, inode) match.
+        self._peeked_ids: dict[Path, tuple[int, int, str]] = {}
+
+    def session_files(self, errors: list[str]) -> list[SessionFile]:
+        if not self.path.exists():
+            return []
+        if self.path.is_dir():
+            files = find_files(self.path, self.glob or self.default_glob, errors)
+        else:
+            files = [self.path]
+        self._peeked_ids = {
+            path: self._peeked_ids[path] for path in files if path in self._peeked_ids
+        }
+        sessions = []
+        for file in files:
+            session_id = self._session_id(file)
+            if session_id is not None:
+                sessions.append(SessionFile(file, f"{self.kind}:{session_id}"))
+        return sessions
+
+    def _session_id(self, file: Path) -> str | None:
+        """The file's session id; None while its first line is not complete yet."""
+        from_name = _SESSION_UUID.search(file.stem)
+        if from_name is not None:
+            return from_name.group(1).lower()
+        try:
+            file_stat = os.stat(file)
+        except OSError:
+            return file.stem  # reading it reports what is wrong
+        if not stat.S_ISREG(file_stat.st_mode):
+            return file.stem
+        cached = self._peeked_ids.get(file)
+        if cached is not None and cached[:2] == (file_stat.st_dev, file_stat.st_ino):
+            return cached[2]
+        try:
+            first_line = _first_line(file, self.max_line_bytes)
+        except OSError:
+            return file.stem
+        if first_line is None:
+            return None
+        session_id = _meta_session_id(first_line) or file.stem
+        self._peeked_ids[file] = (file_stat.st_dev, file_stat.st_ino, session_id)
+        return session_id
+
+    def parse_lines(
+        self, lines: list[bytes], state: dict[str, Any], session: SessionFile
+    ) -> ParsedLines:
+        calls = pending_calls(state)
+        parsed = ParsedLines()
+        # Index of the last message while it is an assistant message tool calls may join.
+        open_assistant: int | None = None
+        for line in lines:
+            try:
+                record = decode_record(line)
+            except ValueError:
+                parsed.skipped += 1
+                continue
+            item = _response_item(record) if record is not None else None
+            if record is None or item is None:
+                continue
+            timestamp = iso_timestamp(record.get("timestamp"))
+            item_type = item.get("type")
+            if item_type == "message":
+                message = self._message(item, timestamp, parsed)
+                if message is not None:
+                    parsed.messages.append(message)
+                    open_assistant = (
+                        len(parsed.messages) - 1 if message.role == "assistant" else None
+                    )
+            elif item_type in TOOL_CALL_TYPES:
+                call = _tool_call(item)
+                if call is None:
+                    continue
+                remember_call(calls, call.call_id, call.name)
+                if open_assistant is not None:
+                    joined = parsed.messages[open_assistant]
+                    parsed.messages[open_assistant] = Message(
+                        role="assistant",
+                        text=joined.text,
+                        tool_calls=(*joined.tool_calls, call),
+                        timestamp=joined.timestamp,
+                    )
+                else:
+                    parsed.messages.append(
+                        Message(role="assistant", tool_calls=(call,), timestamp=timestamp)
+                    )
+                    open_assistant = len(parsed.messages) - 1
+            elif item_type in TOOL_OUTPUT_TYPES:
+                call_id = string_or_none(item.get("call_id"))
+                parsed.messages.append(
+                    Message(
+                        role="tool",
+                        text=cut_text(_output_text(item.get("output")), self.tool_result_max_chars),
+                        tool_call_id=call_id,
+                        tool_name=calls.pop(call_id, None) if call_id else None,
+                        timestamp=timestamp,
+                    )
+                )
+                open_assistant = None
+        parsed.state = {"calls": calls} if calls else {}
+        return parsed
+
+    def _message(
+        self, item: dict[str, Any], timestamp: str | None, parsed: ParsedLines
+    ) -> Message | None:
+        role = item.get("role")
+        text = content_text(item.get("content"))
+        if not text:
+            return None
+        if role == "assistant":
+            return Message(role="assistant", text=text, timestamp=timestamp)
+        if role != "user":
+            return None
+        opening = text.lstrip()
+        if opening.startswith(SKILL_INJECTION_PREFIX):
+            name = _SKILL_NAME.search(opening)
+            if name is not None:
+                parsed.skill_uses.append(name.group(1))
+            return None
+        if opening.lower().startswith(HARNESS_USER_PREFIXES):
+            return None
+        return Message(role="user", text=text, timestamp=timestamp)
+
+
+def _response_item(record: dict[str, Any]) -> dict[str, Any] | None:
+    payload = record.get("payload")
+    if record.get("type") == "response_item":
+        return payload if isinstance(payload, dict) else None
+    if payload is None and record.get("type") in RESPONSE_ITEM_TYPES:
+        return record  # an older rollout: the item itself, without the envelope
+    return None
+
+
+def _tool_call(item: dict[str, Any]) -> ToolCall | None:
+    item_type = item.get("type")
+    call_id = string_or_none(item.get("call_id")) or string_or_none(item.get("id"))
+    if item_type == "function_call":
+        name = string_or_none(item.get("name"))
+        arguments = compact_arguments(item.get("arguments"))
+    elif item_type == "custom_tool_call":
+        name = string_or_none(item.get("name"))
+        arguments = compact_arguments(item.get("input"))
+    elif item_type == "local_shell_call":
+        action = item.get("action")
+        action = action if isinstance(action, dict) else {}
+        # Only what was run and where: the action's `env` may hold secrets.
+        name = "local_shell"
+        arguments = compact_arguments(
+            {"command": action.get("command"), "workdir": action.get("working_directory")}
+        )
+    else:
+        name = "web_search"
+        arguments = compact_arguments(item.get("action"))
+        call_id = None  # a web search has no output to join
+    if name is None:
+        return None
+    return ToolCall(name=name, arguments=arguments, call_id=call_id)
+
+
+def _output_text(output: Any) -> str:
+    """A tool output: a string (often JSON with an `output` field), content items, or the
+    older {"content", "success"} object."""
+    if isinstance(output, list):
+        return content_text(output)
+    if isinstance(output, dict):
+        content = output.get("content")
+        return content if isinstance(content, str) else content_text(output.get("content_items"))
+    if not isinstance(output, str):
+        return ""
+    try:
+        decoded = json.loads(output)
+    except (ValueError, RecursionError):
+        return output
+    if isinstance(decoded, dict) and isinstance(decoded.get("output"), str):
+        return decoded["output"]
+    return output
+
+
+def _first_line(file: Path, max_bytes: int) -> bytes | None:
+    """The file's first complete line; None while it has none yet, empty when oversize."""
+    collected = bytearray()
+    with open(file, "rb") as handle:
+        while len(collected) <= max_bytes:
+            chunk = handle.read(_PEEK_CHUNK_BYTES)
+            if not chunk:
+                return None
+            newline = chunk.find(b"\n")
+            if newline != -1:
+                collected += chunk[:newline]
+                return bytes(collected)
+            collected += chunk
+    return b""
+
+
+def _meta_session_id(line: bytes) -> str | None:
+    try:
+        record = decode_record(line)
+    except ValueError:
+        return None
+    if record is None:
+        return None
+    if record.get("type") == "session_meta":
+        payload = record.get("payload")
+        return string_or_none(payload.get("id")) if isinstance(payload, dict) else None
+    if "type" not in record:
+        return string_or_none(record.get("id"))  # an older rollout's header line
+    return None

@@ -1,0 +1,128 @@
+"""The generic `jsonl` source: one OpenAI chat message per line, one session per file.
+
+    {"role": "user"|"assistant"|"tool"|"system", "content": str | [blocks],
+     "tool_calls"?: [{"id", "type": "function", "function": {"name", "arguments"}}],
+     "tool_call_id"?, "name"?, "timestamp"?}
+
+Session id = file stem, or the path relative to the root without its suffix when two files
+under the root share a stem. System messages are the harness speaking and are dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from skilld.transcripts.filesource import (
+    LineFileSource,
+    ParsedLines,
+    SessionFile,
+    find_files,
+)
+from skilld.transcripts.model import Message, ToolCall
+from skilld.transcripts.normalise import (
+    compact_arguments,
+    content_text,
+    cut_text,
+    decode_record,
+    iso_timestamp,
+    pending_calls,
+    remember_call,
+    string_or_none,
+)
+
+
+class JsonlSource(LineFileSource):
+    kind = "jsonl"
+    default_glob = "**/*.jsonl"
+
+    def session_files(self, errors: list[str]) -> list[SessionFile]:
+        if not self.path.exists():
+            return []
+        if not self.path.is_dir():
+            return [SessionFile(self.path, f"{self.kind}:{self.path.stem}")]
+        files = find_files(self.path, self.glob or self.default_glob, errors)
+        stem_counts = Counter(file.stem for file in files)
+        sessions = []
+        for file in files:
+            if stem_counts[file.stem] > 1:
+                session_id = file.relative_to(self.path).with_suffix("").as_posix()
+            else:
+                session_id = file.stem
+            sessions.append(SessionFile(file, f"{self.kind}:{session_id}"))
+        return sessions
+
+    def parse_lines(
+        self, lines: list[bytes], state: dict[str, Any], session: SessionFile
+    ) -> ParsedLines:
+        calls = pending_calls(state)
+        parsed = ParsedLines()
+        for line in lines:
+            try:
+                record = decode_record(line)
+            except ValueError:
+                parsed.skipped += 1
+                continue
+            if record is None:
+                continue
+            message = chat_message(record, calls, self.tool_result_max_chars)
+            if message is not None:
+                parsed.messages.append(message)
+        parsed.state = {"calls": calls} if calls else {}
+        return parsed
+
+
+def chat_message(
+    record: dict[str, Any], calls: dict[str, str], tool_result_max_chars: int
+) -> Message | None:
+    """One OpenAI chat message as a `Message`; None for system/unknown roles and empty ones.
+
+    `calls` (call id -> tool name) is updated with the assistant's calls and consulted to name
+    tool results that do not carry their tool's name.
+    """
+    role = record.get("role")
+    timestamp = iso_timestamp(record.get("timestamp"))
+    text = content_text(record.get("content"))
+    if role == "user":
+        return Message(role="user", text=text, timestamp=timestamp) if text else None
+    if role == "assistant":
+        tool_calls = openai_tool_calls(record.get("tool_calls"))
+        for call in tool_calls:
+            remember_call(calls, call.call_id, call.name)
+        if not text and not tool_calls:
+            return None
+        return Message(role="assistant", text=text, tool_calls=tool_calls, timestamp=timestamp)
+    if role == "tool":
+        call_id = string_or_none(record.get("tool_call_id"))
+        known_name = calls.pop(call_id, None) if call_id else None
+        return Message(
+            role="tool",
+            text=cut_text(text, tool_result_max_chars),
+            tool_call_id=call_id,
+            tool_name=string_or_none(record.get("name")) or known_name,
+            timestamp=timestamp,
+        )
+    return None
+
+
+def openai_tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    if not isinstance(raw, list):
+        return ()
+    calls = []
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        function = item.get("function")
+        if not isinstance(function, dict):
+            continue
+        name = string_or_none(function.get("name"))
+        if name is None:
+            continue
+        calls.append(
+            ToolCall(
+                name=name,
+                arguments=compact_arguments(function.get("arguments")),
+                call_id=string_or_none(item.get("id")),
+            )
+        )
+    return tuple(calls)

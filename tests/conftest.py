@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakellm import FakeLLM
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+@dataclass
+class Workspace:
+    """A skilld installation in a temp dir: config file, skills, state, one jsonl source."""
+
+    root: Path
+    llm_url: str = "http://127.0.0.1:9/v1"
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def skills(self) -> Path:
+        return self.root / "skills"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def sessions(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.toml"
+
+    def write_config(self) -> Path:
+        sections: dict[str, dict[str, Any]] = {
+            "skills": {"dir": str(self.skills)},
+            "state": {"dir": str(self.state)},
+            "evolve": {
+                "interval_seconds": 1,
+                "cooldown_seconds": 0,
+                "min_messages": 2,
+                "backfill": "all",
+            },
+            "llm": {
+                "base_url": self.llm_url,
+                "model": "test-model",
+                "api_key_env": "SKILLD_TEST_KEY",
+                "timeout_seconds": 5,
+                "max_retries": 2,
+            },
+            "log": {"format": "json", "level": "info"},
+        }
+        for name, values in self.settings.items():
+            sections.setdefault(name, {}).update(values)
+        lines = []
+        for name, values in sections.items():
+            lines.append(f"[{name}]")
+            lines.extend(f"{key} = {_toml(value)}" for key, value in values.items())
+            lines.append("")
+        sources = self.sources or [{"kind": "jsonl", "path": str(self.sessions)}]
+        for source in sources:
+            lines.append("[[sources]]")
+            lines.extend(f"{key} = {_toml(value)}" for key, value in source.items())
+            lines.append("")
+        self.config_path.write_text("\n".join(lines), encoding="utf-8")
+        return self.config_path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SKILLD_")}
+        env["SKILLD_CONFIG"] = str(self.config_path)
+        env["SKILLD_TEST_KEY"] = "sk-test-0000"
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra)
+        return env
+
+    def cli(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        if not self.config_path.exists():
+            self.write_config()
+        return subprocess.run(
+            [sys.executable, "-m", "skilld", *args],
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
+        if not self.config_path.exists():
+            self.write_config()
+        return subprocess.Popen(
+            [sys.executable, "-m", "skilld", *args],
+            env=self.env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def events(self, *kinds: str) -> list[dict[str, Any]]:
+        args = ["events", "--json"]
+        for kind in kinds:
+            args += ["--kind", kind]
+        result = self.cli(*args)
+        assert result.returncode == 0, result.stderr
+        return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+    def add_session(self, name: str, messages: list[dict[str, Any]]) -> Path:
+        self.sessions.mkdir(parents=True, exist_ok=True)
+        path = self.sessions / f"{name}.jsonl"
+        with path.open("a", encoding="utf-8") as handle:
+            for message in messages:
+                handle.write(json.dumps(message) + "\n")
+        return path
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def conversation(topic: str = "the build", turns: int = 2) -> list[dict[str, Any]]:
+    """A small finished OpenAI-style conversation with a tool call in each turn."""
+    messages: list[dict[str, Any]] = []
+    for turn in range(turns):
+        call_id = f"call_{topic.replace(' ', '_')}_{turn}"
+        messages += [
+            {"role": "user", "content": f"Please fix {topic} (step {turn})."},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"cmd": "make test"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": "2 passed"},
+            {"role": "assistant", "content": f"Fixed {topic}: run make test first."},
+        ]
+    return messages
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    ws = Workspace(tmp_path)
+    ws.skills.mkdir()
+    ws.sessions.mkdir()
+    return ws

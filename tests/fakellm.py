@@ -1,0 +1,155 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for tests, in a background thread.
+
+Tests queue replies (a JSON body, a status, a hang, a reset) or set a `responder` function;
+every request body is recorded so tests can assert on what left the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes | str | dict[str, Any] = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    hang_seconds: float = 0.0  # sleep before answering (a hung server)
+    reset: bool = False  # close the connection without answering
+
+
+def completion(content: str, *, finish_reason: str = "stop", usage: bool = True) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "model": "test-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish_reason,
+            }
+        ],
+    }
+    if usage:
+        body["usage"] = {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}
+    return body
+
+
+def skill_reply(
+    name: str,
+    content: str = "1. Run `make test`.\n2. Read the failures.\n",
+    *,
+    description: str | None = None,
+    when: str = "When the tests fail.",
+) -> Reply:
+    payload = {
+        "evolve": True,
+        "name": name,
+        "description": description or f"How to {name.replace('-', ' ')}.",
+        "whenToUse": when,
+        "content": content,
+        "reason": "A reusable procedure.",
+    }
+    return Reply(body=completion(json.dumps(payload)))
+
+
+def skip_reply(reason: str = "Nothing reusable.") -> Reply:
+    return Reply(body=completion(json.dumps({"evolve": False, "reason": reason})))
+
+
+class FakeLLM:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.raw_bodies: list[bytes] = []
+        self.queue: list[Reply] = []
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        self.default: Reply = skip_reply()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> FakeLLM:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def push(self, *replies: Reply) -> None:
+        with self._lock:
+            self.queue.extend(replies)
+
+    def _next(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            if self.queue:
+                return self.queue.pop(0)
+        if self.responder is not None:
+            return self.responder(request)
+        return self.default
+
+    @property
+    def all_request_text(self) -> str:
+        return "\n".join(body.decode("utf-8", "replace") for body in self.raw_bodies)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                try:
+                    request = json.loads(raw)
+                except ValueError:
+                    request = {}
+                with fake._lock:
+                    fake.requests.append(request)
+                    fake.raw_bodies.append(raw)
+                reply = fake._next(request)
+                if reply.hang_seconds:
+                    time.sleep(reply.hang_seconds)
+                if reply.reset:
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.connection.close()
+                    return
+                body = reply.body
+                if isinstance(body, dict):
+                    body = json.dumps(body)
+                data = body.encode() if isinstance(body, str) else body
+                self.send_response(reply.status)
+                content_type = "application/json" if reply.status < 600 else "text/html"
+                self.send_header("Content-Type", reply.headers.get("Content-Type", content_type))
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in reply.headers.items():
+                    if key != "Content-Type":
+                        self.send_header(key, value)
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        return Handler

@@ -1,0 +1,171 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skilld.config import (
+    ConfigError,
+    backfill_cutoff,
+    build_config,
+    load_config,
+    parse_duration,
+)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_any_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nothing"))
+    monkeypatch.delenv("SKILLD_CONFIG", raising=False)
+    config = load_config(environ={})
+    assert config.path is None
+    assert config.evolve.interval_seconds == 60
+    assert config.skills.max_managed == 50
+    assert config.skills.dialect == "dsh"
+    assert config.skills.layout == "dir"
+    assert config.curator.stale_after_days == 30
+    assert config.curator.archive_after_days == 90
+    assert config.origins["evolve.interval_seconds"] == "default"
+
+
+def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    xdg = tmp_path / "xdg"
+    (xdg / "skilld").mkdir(parents=True)
+    write(xdg / "skilld" / "config.toml", "[evolve]\ninterval_seconds = 7\n")
+    from_env = write(tmp_path / "env.toml", "[evolve]\ninterval_seconds = 8\n")
+    explicit = write(tmp_path / "explicit.toml", "[evolve]\ninterval_seconds = 9\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    monkeypatch.delenv("SKILLD_CONFIG", raising=False)
+    assert load_config(environ={}).evolve.interval_seconds == 7
+    monkeypatch.setenv("SKILLD_CONFIG", str(from_env))
+    assert load_config(environ={}).evolve.interval_seconds == 8
+    assert load_config(explicit, environ={}).evolve.interval_seconds == 9
+
+
+def test_env_overrides_scalars_and_records_origin(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", '[llm]\nbase_url = "http://file/v1"\nmax_retries = 1\n')
+    env = {
+        "SKILLD_LLM_BASE_URL": "http://env/v1",
+        "SKILLD_EVOLVE_INTERVAL_SECONDS": "15",
+        "SKILLD_CURATOR_ENABLED": "false",
+    }
+    config = load_config(path, environ=env)
+    assert config.llm.base_url == "http://env/v1"
+    assert config.llm.max_retries == 1
+    assert config.evolve.interval_seconds == 15
+    assert config.curator.enabled is False
+    assert config.origins["llm.base_url"] == "env"
+    assert config.origins["llm.max_retries"] == "file"
+    assert config.origins["llm.model"] == "default"
+
+
+def test_paths_expand_home_vars_and_resolve_relative_to_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MY_ROOT", str(tmp_path / "root"))
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    path = write(
+        folder / "c.toml",
+        '[skills]\ndir = "~/skills"\nextra_dirs = ["$MY_ROOT/extra", "rel"]\n'
+        '[state]\ndir = "state"\n[[sources]]\nkind = "jsonl"\npath = "sessions"\n',
+    )
+    config = load_config(path, environ={})
+    assert config.skills.dir == tmp_path / "home" / "skills"
+    assert config.skills.extra_dirs == (tmp_path / "root" / "extra", folder.resolve() / "rel")
+    assert config.state.dir == folder.resolve() / "state"
+    assert config.sources[0].path == folder.resolve() / "sessions"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[evolve]\ninterval_seconds = -1\n", "evolve.interval_seconds"),
+        ('[skills]\ndialect = "yaml"\n', "skills.dialect"),
+        ("[skills]\nmystery = 1\n", "skills.mystery"),
+        ('[evolve]\nmin_messages = "four"\n', "evolve.min_messages"),
+        ("[nonsense]\na = 1\n", "nonsense"),
+        ('[[sources]]\nkind = "telepathy"\n', "sources[0].kind"),
+        ('[evolve]\nbackfill = "soon"\n', "evolve.backfill"),
+        ("[curator]\nstale_after_days = 50\narchive_after_days = 10\n", "curator.archive"),
+        ("[llm]\nmax_retries = true\n", "llm.max_retries"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
+    path = write(tmp_path / "c.toml", text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert key in str(caught.value)
+
+
+def test_unknown_env_key_in_a_known_section_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="llm.colour"):
+        build_config({}, environ={"SKILLD_LLM_COLOUR": "blue"})
+
+
+def test_cli_exits_2_with_one_line_naming_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", '[skills]\ndialect = "yaml"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "skilld", "--config", str(path), "skills", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "skills.dialect" in lines[0]
+
+
+def test_broken_toml_exits_2(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.toml", "[skills\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "skilld", "--config", str(path), "events"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "not valid TOML" in result.stderr
+
+
+def test_durations_and_backfill_cutoff() -> None:
+    assert parse_duration("90s") == 90
+    assert parse_duration("24h") == 86400
+    assert parse_duration("7d") == 7 * 86400
+    with pytest.raises(ValueError):
+        parse_duration("tomorrow")
+    assert backfill_cutoff("all", 1000.0) is None
+    assert backfill_cutoff("none", 1000.0) == float("inf")
+    assert backfill_cutoff("1h", 10_000.0) == 10_000.0 - 3600
+
+
+def test_example_config_documents_every_key() -> None:
+    from dataclasses import fields
+
+    from skilld.config import SECTIONS, SourceConfig
+
+    text = (Path(__file__).parent.parent / "config.example.toml").read_text(encoding="utf-8")
+    for section, cls in SECTIONS.items():
+        assert f"[{section}]" in text
+        for spec in fields(cls):
+            assert f"{spec.name} =" in text, f"{section}.{spec.name} missing from example"
+    for spec in fields(SourceConfig):
+        assert f"{spec.name} =" in text
+
+
+def test_example_config_loads_and_equals_the_defaults(tmp_path: Path) -> None:
+    example = Path(__file__).parent.parent / "config.example.toml"
+    config = load_config(example, environ={})
+    defaults = build_config({}, environ={})
+    assert config.evolve == defaults.evolve
+    assert config.llm == defaults.llm
+    assert config.curator == defaults.curator
+    assert config.skills.max_managed == defaults.skills.max_managed

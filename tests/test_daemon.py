@@ -1,0 +1,248 @@
+"""`skilld once` and `skilld run` as real subprocesses against a loopback LLM server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from skilld.skills.document import parse_skill
+from tests.conftest import Workspace, conversation
+from tests.fakellm import FakeLLM, Reply, skill_reply
+
+
+def claude_code_session(path: Path) -> None:
+    session_id = path.stem
+    records: list[dict[str, Any]] = [
+        {"type": "summary", "summary": "noise", "leafUuid": "x"},
+        {
+            "type": "user",
+            "sessionId": session_id,
+            "uuid": "u1",
+            "timestamp": "2026-11-30T10:00:00Z",
+            "message": {"role": "user", "content": "The deploy script fails on staging."},
+        },
+        {
+            "type": "assistant",
+            "sessionId": session_id,
+            "uuid": "a1",
+            "timestamp": "2026-11-30T10:00:01Z",
+            "message": {
+                "id": "msg_1",
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "secret thoughts"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                     "input": {"command": "./deploy.sh staging"}},
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "sessionId": session_id,
+            "uuid": "u2",
+            "timestamp": "2026-11-30T10:00:02Z",
+            "message": {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                             "content": "error: missing STAGING_HOST"}],
+            },
+        },
+        {"type": "file-history-snapshot", "messageId": "x", "snapshot": {}},
+        {
+            "type": "assistant",
+            "sessionId": session_id,
+            "uuid": "a2",
+            "timestamp": "2026-11-30T10:00:03Z",
+            "message": {
+                "id": "msg_2",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "Set STAGING_HOST first, then rerun."}],
+            },
+        },
+    ]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def codex_session(path: Path) -> None:
+    session_id = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+    lines: list[dict[str, Any]] = [
+        {"timestamp": "2026-11-30T10:00:00Z", "type": "session_meta",
+         "payload": {"id": session_id, "cwd": "/repo", "instructions": "harness"}},
+        {"timestamp": "2026-11-30T10:00:00Z", "type": "response_item",
+         "payload": {"type": "message", "role": "user",
+                     "content": [{"type": "input_text", "text": "<environment_context>x</environment_context>"}]}},
+        {"timestamp": "2026-11-30T10:00:01Z", "type": "response_item",
+         "payload": {"type": "message", "role": "user",
+                     "content": [{"type": "input_text", "text": "Migrate the database schema."}]}},
+        {"timestamp": "2026-11-30T10:00:02Z", "type": "response_item",
+         "payload": {"type": "reasoning", "summary": [], "content": None}},
+        {"timestamp": "2026-11-30T10:00:03Z", "type": "response_item",
+         "payload": {"type": "function_call", "name": "shell", "call_id": "call_1",
+                     "arguments": json.dumps({"command": ["alembic", "upgrade", "head"]})}},
+        {"timestamp": "2026-11-30T10:00:04Z", "type": "response_item",
+         "payload": {"type": "function_call_output", "call_id": "call_1",
+                     "output": json.dumps({"output": "Running upgrade -> 42", "metadata": {"exit_code": 0}})}},
+        {"timestamp": "2026-11-30T10:00:05Z", "type": "response_item",
+         "payload": {"type": "message", "role": "assistant",
+                     "content": [{"type": "output_text", "text": "Migrated with alembic upgrade head."}]}},
+    ]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+
+
+def test_once_creates_skills_from_jsonl_claude_code_and_codex(
+    workspace: Workspace, fake_llm: FakeLLM
+) -> None:
+    workspace.llm_url = fake_llm.base_url
+    claude_root = workspace.root / "claude"
+    codex_root = workspace.root / "codex"
+    workspace.sources = [
+        {"kind": "jsonl", "path": str(workspace.sessions)},
+        {"kind": "claude-code", "path": str(claude_root)},
+        {"kind": "codex", "path": str(codex_root)},
+    ]
+    workspace.write_config()
+    workspace.add_session("generic", conversation())
+    claude_code_session(claude_root / "-repo" / "6f0c4a52-claude-session.jsonl")
+    codex_session(
+        codex_root / "2026" / "11" / "30"
+        / "rollout-2026-11-30T10-00-00-0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b.jsonl"
+    )  # fmt: skip
+
+    def by_content(request: dict[str, Any]) -> Reply:
+        window = request["messages"][1]["content"]
+        if "STAGING_HOST" in window:
+            return skill_reply("deploy-to-staging", description="Deploy to staging.")
+        if "alembic" in window:
+            return skill_reply("migrate-schema", description="Migrate the database schema.")
+        return skill_reply("run-make-test", description="Run the make test target.")
+
+    fake_llm.responder = by_content
+    result = workspace.cli("once")
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.parent.name for p in workspace.skills.glob("*/SKILL.md"))
+    assert names == ["deploy-to-staging", "migrate-schema", "run-make-test"]
+    windows = "\n".join(r["messages"][1]["content"] for r in fake_llm.requests)
+    assert "secret thoughts" not in windows  # thinking dropped
+    assert "environment_context" not in windows  # harness text dropped
+    created = workspace.events("created")
+    assert {e["source"] for e in created} == {"jsonl", "claude-code", "codex"}
+    for path in workspace.skills.glob("*/SKILL.md"):
+        doc = parse_skill(path.read_text())
+        assert doc.metadata["managed-by"] == "skilld"
+
+    requests = len(fake_llm.requests)
+    again = workspace.cli("once")
+    assert again.returncode == 0
+    assert len(fake_llm.requests) == requests  # nothing new: no call
+
+
+def test_retry_after_is_honoured(workspace: Workspace, fake_llm: FakeLLM) -> None:
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    workspace.add_session("s1", conversation())
+    stamps: list[float] = []
+
+    def stamped(request: dict[str, Any]) -> Reply:
+        stamps.append(time.monotonic())
+        if len(stamps) == 1:
+            return Reply(status=429, body="{}", headers={"Retry-After": "2"})
+        return skill_reply("after-a-pause")
+
+    fake_llm.responder = stamped
+    result = workspace.cli("once")
+    assert result.returncode == 0, result.stderr
+    assert len(stamps) == 2
+    assert stamps[1] - stamps[0] >= 1.9
+    assert (workspace.skills / "after-a-pause" / "SKILL.md").exists()
+
+
+def test_sigterm_during_a_tick_exits_0_with_nothing_half_written(
+    workspace: Workspace, fake_llm: FakeLLM
+) -> None:
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    workspace.add_session("fast", conversation("fast"))
+    workspace.add_session("slow", conversation("slow"))
+
+    def slow_second(request: dict[str, Any]) -> Reply:
+        window = request["messages"][1]["content"]
+        if "slow" in window:
+            return Reply(hang_seconds=30, body="{}")
+        return skill_reply("fast-one")
+
+    fake_llm.responder = slow_second
+    daemon = workspace.popen("run")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(fake_llm.requests) < 2:
+            time.sleep(0.05)
+        assert len(fake_llm.requests) == 2, "both windows should be in flight"
+        time.sleep(0.3)
+        started = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=10)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    assert code == 0
+    assert time.monotonic() - started < 10
+    files = [p for p in workspace.skills.rglob("*") if p.is_file()]
+    assert all(".skilld-tmp-" not in p.name for p in files)
+    for path in workspace.skills.glob("*/SKILL.md"):
+        parse_skill(path.read_text())
+    # The unanswered window is still pending: reflected on the next run, not lost.
+    fake_llm.responder = None
+    fake_llm.push(skill_reply("slow-one"))
+    assert workspace.cli("once").returncode == 0
+    assert (workspace.skills / "slow-one" / "SKILL.md").exists()
+
+
+def test_second_daemon_on_the_same_state_exits_2(workspace: Workspace, fake_llm: FakeLLM) -> None:
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    first = workspace.popen("run")
+    try:
+        deadline = time.monotonic() + 20
+        lock = workspace.state / "daemon.lock"
+        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
+            time.sleep(0.05)
+        second = workspace.cli("run", timeout=30)
+        assert second.returncode == 2
+        assert f"pid {first.pid}" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=10) == 0
+
+
+def test_status_check_and_json(workspace: Workspace, fake_llm: FakeLLM) -> None:
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    assert workspace.cli("status", "--check").returncode == 1  # never ran
+    workspace.add_session("s1", conversation())
+    fake_llm.push(skill_reply("status-skill"))
+    assert workspace.cli("once").returncode == 0
+    result = workspace.cli("status", "--json", "--check")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["sessions_tracked"] == 1
+    assert report["skills_managed"] == 1
+    assert report["last_tick"]["outcomes"] == {"created": 1}
+    assert report["llm"]["circuit"] == "closed"
+
+
+def test_llm_failure_is_an_error_event_visible_in_status(workspace: Workspace) -> None:
+    workspace.llm_url = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    workspace.settings = {"llm": {"max_retries": 0}}
+    workspace.write_config()
+    workspace.add_session("s1", conversation())
+    assert workspace.cli("once").returncode == 0
+    errors = workspace.events("error")
+    assert errors and errors[0]["detail"]["kind"] in ("transport", "timeout")
+    status = json.loads(workspace.cli("status", "--json").stdout)
+    assert status["llm"]["last_error"]["kind"] in ("transport", "timeout")
+    assert status["windows_deferred"] == 1
