@@ -71,7 +71,7 @@ def test_sessions_roundtrip_and_forgetting(tmp_path: Path) -> None:
         loaded = db.session("jsonl:a")
         assert loaded is not None and loaded.pending == [{"role": "user", "text": "hi"}]
         # Neither is seen any more: the idle one is forgotten, the pending one is kept.
-        assert db.forget_sessions("src", keep=set()) == 1
+        assert db.forget_sessions("src", {"jsonl:a", "jsonl:b"}) == ["jsonl:b"]
         assert db.session("jsonl:b") is None
         assert db.session("jsonl:a") is not None
         assert db.session_stats()["deferred"] == 1

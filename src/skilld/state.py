@@ -416,16 +416,24 @@ class StateDB:
                 ),
             )
 
-    def forget_sessions(self, source: str, keep: set[str]) -> int:
-        """Forget sessions of `source` that are no longer seen and have nothing pending."""
-        rows = self.conn.execute(
-            "SELECT key FROM sessions WHERE source = ? AND pending_count = 0", (source,)
-        ).fetchall()
-        gone = [row["key"] for row in rows if row["key"] not in keep]
+    def forget_sessions(self, source: str, keys: set[str]) -> list[str]:
+        """Forget these sessions of `source` (no longer seen) unless they hold pending content.
+
+        Returns the keys forgotten."""
+        ordered = sorted(keys)
+        gone: list[str] = []
+        for start in range(0, len(ordered), 500):  # well under SQLite's variable limit
+            batch = ordered[start : start + 500]
+            rows = self.conn.execute(
+                "SELECT key FROM sessions WHERE source = ? AND pending_count = 0"
+                f" AND key IN ({','.join('?' * len(batch))})",
+                (source, *batch),
+            ).fetchall()
+            gone.extend(row["key"] for row in rows)
         if gone:
             with self.transaction():
                 self.conn.executemany("DELETE FROM sessions WHERE key = ?", [(k,) for k in gone])
-        return len(gone)
+        return gone
 
     def session_stats(self) -> dict[str, int]:
         row = self.conn.execute(

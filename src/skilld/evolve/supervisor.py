@@ -35,6 +35,7 @@ from skilld.evolve.window import (
     decode_message,
     delimit,
     encode_message,
+    estimate_tokens,
     render_window,
     split_window,
 )
@@ -145,6 +146,42 @@ class Job:
 
 
 @dataclass
+class Spend:
+    """What the LLM calls of one window cost, from the server's `usage` or else estimated."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False  # some count is an estimate: the server sent no usage
+
+    def add(self, reply: LLMReply, messages: list[dict[str, Any]]) -> None:
+        self.calls += reply.attempts
+        prompt = reply.usage.get("prompt_tokens")
+        completion = reply.usage.get("completion_tokens")
+        if prompt is None or completion is None:
+            self.estimated = True
+        if prompt is None:
+            prompt = estimate_tokens("\n".join(str(m.get("content", "")) for m in messages))
+        if completion is None:
+            completion = estimate_tokens(reply.content or "")
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRecord:
+    """One settled window: what came of it and what it cost (`skilld replay` reports these)."""
+
+    session: str
+    source: str
+    first_message: int
+    last_message: int
+    outcome: str
+    skill: str | None
+    spend: Spend
+
+
+@dataclass
 class TickReport:
     started_at: float
     duration: float = 0.0
@@ -156,6 +193,7 @@ class TickReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     deferred: Counter[str] = field(default_factory=Counter)
     source_errors: list[str] = field(default_factory=list)
+    records: list[WindowRecord] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -190,6 +228,11 @@ class Evolver:
         self.log = get_logger("skilld.evolve")
         #: An open circuit is reported once per opening, not once per tick it stays open.
         self._circuit_reported = False
+        #: Windows this evolver may still send to the LLM (None: no limit; `replay --limit`).
+        self.window_allowance: int | None = None
+        #: Cursors by source id, loaded once: this process holds the daemon lock, so state.db
+        #: only changes through it, and an idle tick then touches no database row.
+        self._cursors: dict[str, dict[str, dict[str, Any]]] = {}
 
     # -- the tick ----------------------------------------------------------------------------
 
@@ -221,7 +264,9 @@ class Evolver:
         started_key = f"source_started:{sid}"
         first_time = not state.get_meta(started_key, False)
         cutoff = backfill_cutoff(self.config.evolve.backfill, self.clock()) if first_time else None
-        cursors = state.cursors(sid)
+        cursors = self._cursors.get(sid)
+        if cursors is None:
+            cursors = self._cursors[sid] = state.cursors(sid)
         scan = await anyio.to_thread.run_sync(
             lambda: source.scan(cursors, start_new_at_end_before=cutoff)
         )
@@ -246,7 +291,7 @@ class Evolver:
                     # The file was replaced: what was pending came from a file that is gone.
                     session.pending = []
                 session.pending.extend(encode_message(m) for m in read.messages)
-                session.cursor = dict(read.cursor)
+                session.cursor = cursors[read.session] = dict(read.cursor)
                 session.mtime = read.mtime if read.mtime is not None else session.mtime
                 session.label = read.label or session.label
                 state.save_session(session)
@@ -254,8 +299,13 @@ class Evolver:
                 report.messages_read += len(read.messages)
                 uses.extend(read.skill_uses)
                 uses.extend(infer_skill_uses(read.messages, skills_dir))
-            state.forget_sessions(sid, scan.seen)
-            if first_time:
+            gone = cursors.keys() - scan.seen
+            if gone:
+                for key in state.forget_sessions(sid, gone):
+                    del cursors[key]
+            if first_time and (scan.seen or not scan.errors):
+                # A first look that saw nothing because the source failed is no first look:
+                # the backfill policy still applies to the files it will find once readable.
                 state.set_meta(started_key, True)
         if uses:
             known = {entry.name for entry in self.app.library.discover()}
@@ -275,6 +325,9 @@ class Evolver:
         state = self.app.state
         settings = self._gate_settings()
         cap = self.config.skills.max_managed
+        pending_keys = state.sessions_with_pending()
+        if not pending_keys:
+            return
         managed = len(self.app.library.managed_names())
         stop = anyio.Event()  # set when the LLM is unavailable for the rest of the tick
         limiter = anyio.CapacityLimiter(max(1, self.config.llm.max_concurrency))
@@ -286,18 +339,36 @@ class Evolver:
                     if stop.is_set():
                         report.deferred["llm unavailable"] += 1
                         return
-                    verdict = await self._ask(job, report)
+                    if self.window_allowance is not None:
+                        if self.window_allowance <= 0:
+                            report.deferred["window limit"] += 1
+                            return
+                        self.window_allowance -= 1
+                    spend = Spend()
+                    verdict = await self._ask(job, report, spend)
                     if isinstance(verdict, Failed) and verdict.error.kind in _NOT_THE_WINDOWS_FAULT:
                         tick_failures[verdict.error.kind] += 1
                         stop.set()
                         return
                     outcome = self._settle(session, job, verdict)
                     report.outcomes[outcome] += 1
+                    skill = verdict.doc.name if isinstance(verdict, Propose) else None
+                    report.records.append(
+                        WindowRecord(
+                            job.session,
+                            job.source_kind,
+                            job.first_message,
+                            job.last_message,
+                            outcome,
+                            skill,
+                            spend,
+                        )
+                    )
                     if outcome in ("error", "cap"):
                         return
 
         async with anyio.create_task_group() as group:
-            for key in state.sessions_with_pending():
+            for key in pending_keys:
                 session = state.session(key)
                 if session is None:
                     continue
@@ -345,7 +416,7 @@ class Evolver:
                 },
             )
 
-    async def _ask(self, job: Job, report: TickReport) -> Verdict:
+    async def _ask(self, job: Job, report: TickReport, spend: Spend) -> Verdict:
         """Redact, prompt, call the model (with one repair request), judge. Writes nothing."""
         state = self.app.state
         redaction = redact(render_window(job.messages))
@@ -380,6 +451,7 @@ class Evolver:
             except LLMError as error:
                 return Failed(error)
             report.llm_calls += reply.attempts
+            spend.add(reply, messages)
             verdict = self._judge(reply, job)
             if not isinstance(verdict, Invalid) or attempt == 1:
                 return verdict
@@ -577,11 +649,56 @@ def _health_summary(health: dict[str, Any]) -> dict[str, Any]:
     return {key: health.get(key) for key in ("circuit", "last_error") if key in health}
 
 
-def backlog(app: App) -> dict[str, int]:
-    """Windows waiting and their estimated input tokens (for `status`)."""
-    stats = app.state.session_stats()
+def backlog(app: App) -> dict[str, Any]:
+    """What was read but not yet reflected (for `status`): how far behind the daemon is.
+
+    `windows` are those the gates let through once the cooldown has passed, split as a tick
+    splits them; `estimated_tokens` is their input (prompt and window) at about four characters
+    a token. Sessions whose pending content ends on an unfinished turn or has too few messages
+    are `sessions_waiting`: that content is not late, it waits for the agent. At the spend cap a
+    window costs at least one call, so `min_hours_at_spend_cap` is a lower bound.
+    """
+    config = app.config
+    state = app.state
+    settings = GateSettings(min_messages=config.evolve.min_messages, cooldown_seconds=0)
+    existing = [(e.name, e.doc.description) for e in app.library.discover() if e.doc is not None]
+    prompt_chars = sum(
+        len(message["content"])
+        for message in build_messages(
+            delimit(""),
+            session="",
+            source="",
+            first_message=0,
+            last_message=0,
+            existing=existing,
+            dialect=config.skills.dialect,
+            max_content_chars=config.skills.max_content_chars,
+            name_prefix=config.skills.name_prefix,
+        )
+    )
+    windows = window_chars = sessions_ready = sessions_waiting = 0
+    for key in state.sessions_with_pending():
+        session = state.session(key)
+        if session is None:
+            continue
+        pending = [decode_message(m) for m in session.pending]
+        decision = decide(pending, last_reflect_at=None, now=0.0, settings=settings)
+        if isinstance(decision, Deferred):
+            sessions_waiting += 1
+            continue
+        chunks = split_window(pending[: decision.end], config.evolve.window_max_chars)
+        sessions_ready += 1
+        windows += len(chunks)
+        window_chars += sum(prompt_chars + len(render_window(chunk)) for chunk in chunks)
+    stats = state.session_stats()
+    cap = config.llm.max_calls_per_hour
     return {
+        "windows": windows,
+        "estimated_tokens": window_chars // 4,
+        "sessions_ready": sessions_ready,
+        "sessions_waiting": sessions_waiting,
         "sessions_deferred": stats["deferred"],
         "pending_messages": stats["pending_messages"],
-        "estimated_tokens": stats["pending_chars"] // 4,
+        "max_calls_per_hour": cap,
+        "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
     }

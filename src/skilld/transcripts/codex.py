@@ -103,7 +103,9 @@ class CodexSource(LineFileSource):
         sessions = []
         for file in files:
             session_id = self._session_id(file)
-            if session_id is not None:
+            if session_id is None:
+                self.listing_is_final = False  # list it again once its first line is whole
+            else:
                 sessions.append(SessionFile(file, f"{self.kind}:{session_id}"))
         return sessions
 

@@ -66,6 +66,13 @@ class LineFileSource(ABC):
         self.include_subagents = include_subagents
         self.tool_result_max_chars = tool_result_max_chars
         self.max_line_bytes = max_line_bytes
+        #: The last listing and the mtimes of every directory it walked: while none of those
+        #: directories changed, no session file can have appeared or gone (appends to a file
+        #: do not touch its directory), so an idle scan costs one stat per file, no walk.
+        self._listing: tuple[dict[str, int], list[SessionFile]] | None = None
+        #: A subclass clears this while listing when a file could not be classified yet
+        #: (e.g. its first line is still being written): such a listing is not reused.
+        self.listing_is_final = True
 
     @abstractmethod
     def session_files(self, errors: list[str]) -> list[SessionFile]:
@@ -82,17 +89,19 @@ class LineFileSource(ABC):
     ) -> ScanResult:
         result = ScanResult(reads=[], seen=set())
         try:
-            sessions = self.session_files(result.errors)
+            sessions = self._list_sessions(result.errors)
         except OSError as error:
             # Seeing nothing is not the same as every session having gone: keep the cursors.
             result.errors.append(f"{self.path}: {error.strerror or type(error).__name__}")
             result.seen.update(key for key in cursors if key.startswith(f"{self.kind}:"))
             return result
         for session in sessions:
+            cursor = cursors.get(session.key)
+            if cursor is not None and _unchanged_since(session.path, cursor):
+                result.seen.add(session.key)
+                continue
             try:
-                read = self._read_session(
-                    session, cursors.get(session.key), start_new_at_end_before
-                )
+                read = self._read_session(session, cursor, start_new_at_end_before)
             except FileVanished:
                 continue
             except TailError as error:
@@ -105,6 +114,19 @@ class LineFileSource(ABC):
                 result.reads.append(read)
                 result.skipped_lines += read.skipped_lines
         return result
+
+    def _list_sessions(self, errors: list[str]) -> list[SessionFile]:
+        if self._listing is not None:
+            directories, sessions = self._listing
+            if all(_mtime_ns(path) == mtime for path, mtime in directories.items()):
+                return sessions
+        self.listing_is_final = True
+        errors_before = len(errors)
+        directories = _directory_mtimes(self.path)
+        sessions = self.session_files(errors)
+        final = self.listing_is_final and len(errors) == errors_before and directories
+        self._listing = (directories, sessions) if final else None
+        return sessions
 
     def _read_session(
         self, session: SessionFile, cursor: Cursor | None, start_new_at_end_before: float | None
@@ -140,6 +162,45 @@ class LineFileSource(ABC):
             mtime=tail.cursor["mtime_ns"] / 1e9,
             label=session.label,
         )
+
+
+def _unchanged_since(path: Path, cursor: Cursor) -> bool:
+    """The tailer's own "nothing new" test, without building anything: one stat."""
+    if cursor.get("skipping"):
+        return False
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False  # the full read reports what is wrong
+    return (
+        stat.st_size == cursor.get("size")
+        and stat.st_mtime_ns == cursor.get("mtime_ns")
+        and stat.st_ino == cursor.get("ino")
+        and stat.st_dev == cursor.get("dev")
+    )
+
+
+def _mtime_ns(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _directory_mtimes(root: Path) -> dict[str, int]:
+    """mtime of `root` and every real directory below it (taken before listing, so that a
+    change during the listing invalidates it)."""
+    mtimes: dict[str, int] = {}
+    if not root.is_dir():
+        return mtimes
+    for directory, subdirectories, _ in os.walk(root):
+        mtime = _mtime_ns(directory)
+        if mtime is not None:
+            mtimes[directory] = mtime
+        subdirectories[:] = [
+            d for d in subdirectories if not os.path.islink(os.path.join(directory, d))
+        ]
+    return mtimes
 
 
 def _stored_state(cursor: Cursor) -> dict[str, Any]:

@@ -1,0 +1,210 @@
+"""Tick cost, beside baselines run in the same process (machines here are noisy, ratios are not).
+
+    python bench/tick.py            # full sizes (10,000 sessions, 1 GB history)
+    python bench/tick.py --quick    # smaller sizes, for a smoke run
+
+Rows:
+- idle tick over N session files   vs  listing and stat-ing the same files     (target ≤ 3×)
+- 1 MB appended to a 1 GB session  vs  the same append to an empty session     (target ≤ 1.5×)
+- dsh: one frame appended to a 50 MB session vs to a one-frame session         (target ≤ 1.5×)
+- peak RSS of `skilld once` tracking N sessions                                (target ≤ 150 MB)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from skilld.app import open_app  # noqa: E402
+from skilld.config import build_config  # noqa: E402
+from skilld.evolve.supervisor import Evolver, configured_sources  # noqa: E402
+from skilld.llm import LLMClient, LLMSettings  # noqa: E402
+
+LINE = json.dumps({"role": "user", "content": "x" * 200}) + "\n"
+
+
+def best_of(runs: int, action: Callable[[], object]) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def make_config(root: Path, sessions: Path, **evolve: object) -> object:
+    return build_config(
+        {
+            "skills": {"dir": str(root / "skills")},
+            "state": {"dir": str(root / "state")},
+            # No reflection in these rows: min_messages is out of reach, so only reading counts.
+            "evolve": {"backfill": "none", "min_messages": 10**9, **evolve},
+            "llm": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 0},
+            "sources": [{"kind": "jsonl", "path": str(sessions)}],
+        },
+        environ={},
+    )
+
+
+class Harness:
+    """An Evolver over `sessions`, ticked synchronously."""
+
+    def __init__(self, root: Path, sessions: Path) -> None:
+        self.config = make_config(root, sessions)
+        self._app_cm = open_app(self.config, prepare=True)  # type: ignore[arg-type]
+        self.app = self._app_cm.__enter__()
+        self.llm = LLMClient(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"))
+        self.evolver = Evolver(self.app, self.llm, configured_sources(self.config))  # type: ignore[arg-type]
+
+    def tick(self) -> None:
+        anyio.run(self.evolver.tick)
+
+    def close(self) -> None:
+        anyio.run(self.llm.aclose)
+        self._app_cm.__exit__(None, None, None)
+
+
+def make_sessions(folder: Path, count: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        (folder / f"session-{index:05d}.jsonl").write_text(LINE * 3, encoding="utf-8")
+
+
+def stat_all(folder: Path) -> None:
+    for entry in os.scandir(folder):
+        entry.stat()
+
+
+def idle_row(count: int, runs: int) -> tuple[str, float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        sessions = root / "sessions"
+        make_sessions(sessions, count)
+        harness = Harness(root, sessions)
+        harness.tick()  # first tick records every cursor
+        tick = best_of(runs, harness.tick)
+        baseline = best_of(runs, lambda: stat_all(sessions))
+        harness.close()
+    return f"idle tick, {count:,} sessions", tick, baseline
+
+
+def append_row(history_bytes: int, runs: int) -> tuple[str, float, float]:
+    chunk = LINE * (1_000_000 // len(LINE))
+
+    def measure(initial_bytes: int) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            sessions = root / "sessions"
+            sessions.mkdir()
+            path = sessions / "big.jsonl"
+            block = LINE * (8_000_000 // len(LINE))
+            with path.open("w", encoding="utf-8") as handle:
+                written = 0
+                while written < initial_bytes:
+                    handle.write(block)
+                    written += len(block)
+            harness = Harness(root, sessions)
+            harness.tick()  # backfill "none": the cursor starts at the end, nothing is read
+            times = []
+            for _ in range(runs):
+                with path.open("a", encoding="utf-8") as handle:
+                    handle.write(chunk)
+                started = time.perf_counter()
+                harness.tick()
+                times.append(time.perf_counter() - started)
+                # What was read stays pending (no reflection here); clear it between runs.
+                harness.app.state.conn.execute("UPDATE sessions SET pending='[]', pending_count=0")
+            harness.close()
+            return min(times)
+
+    with_history = measure(history_bytes)
+    without = measure(0)
+    return f"1 MB append, {history_bytes / 1e9:.1f} GB history", with_history, without
+
+
+def dsh_row(quick: bool) -> tuple[str, float, float] | None:
+    bench = ROOT / "bench" / "dsh_append.py"
+    if not bench.exists():
+        return None
+    args = [sys.executable, str(bench), "--json"] + (["--quick"] if quick else [])
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        print(result.stderr, file=sys.stderr)
+        return None
+    try:
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"dsh row skipped: {bench.name} printed no JSON line", file=sys.stderr)
+        return None
+    return data["label"], data["with_history"], data["baseline"]
+
+
+def rss_row(count: int) -> tuple[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        sessions = root / "sessions"
+        make_sessions(sessions, count)
+        config = root / "config.toml"
+        config.write_text(
+            f'[skills]\ndir = "{root / "skills"}"\n[state]\ndir = "{root / "state"}"\n'
+            '[evolve]\nbackfill = "all"\nmin_messages = 1000000\n'
+            '[llm]\nbase_url = "http://127.0.0.1:9/v1"\n'
+            f'[[sources]]\nkind = "jsonl"\npath = "{sessions}"\n',
+            encoding="utf-8",
+        )
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        for _ in range(2):  # the second run tracks all of them from the start
+            subprocess.run(
+                [sys.executable, "-m", "skilld", "--config", str(config), "once"],
+                check=True,
+                capture_output=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            )
+        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return f"peak RSS of `skilld once`, {count:,} sessions", max(peak_kb, before) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    args = parser.parse_args()
+    counts = (1_000, 2_000) if args.quick else (1_000, 10_000)
+    history = 100_000_000 if args.quick else 1_000_000_000
+    runs = 5
+
+    rows: list[tuple[str, float, float, str]] = []
+    for count in counts:
+        label, value, baseline = idle_row(count, runs)
+        rows.append((label, value, baseline, "≤ 3×"))
+    label, value, baseline = append_row(history, runs)
+    rows.append((label, value, baseline, "≤ 1.5×"))
+    dsh = dsh_row(args.quick)
+    if dsh is not None:
+        rows.append((*dsh, "≤ 1.5×"))
+
+    print(f"{'row':<44} {'skilld':>10} {'baseline':>10} {'ratio':>7}  target")
+    for label, value, baseline, target in rows:
+        print(
+            f"{label:<44} {value * 1000:>8.1f}ms {baseline * 1000:>8.1f}ms"
+            f" {value / baseline:>6.2f}×  {target}"
+        )
+    label, megabytes = rss_row(counts[-1])
+    print(f"{label:<44} {megabytes:>8.1f}MB {'':>10} {'':>7}  ≤ 150 MB")
+    print(f"(best of {runs} runs per row)")
+
+
+if __name__ == "__main__":
+    main()
