@@ -12,16 +12,19 @@ from collections.abc import Callable, Sequence
 
 from skilld import __version__
 from skilld.app import App, open_app
-from skilld.commands import daemon, skills
+from skilld.commands import daemon, ops, replay, skills
 from skilld.commands.common import Failure, Parser, UsageError
 from skilld.config import Config, ConfigError, load_config
 from skilld.log import configure_logging
 from skilld.skills.library import LibraryError
 from skilld.state import StateError
 
-COMMAND_MODULES = (daemon, skills)
+COMMAND_MODULES = (daemon, skills, ops, replay)
 
 Handler = Callable[[App, argparse.Namespace], int]
+
+#: Long-running commands whose log lines are the operator's view of what happens.
+DAEMON_GROUPS = frozenset({"run", "once", "replay", "mcp"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"skilld: config error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(config.log.format, config.log.level)
+    level = config.log.level
+    if args.group not in DAEMON_GROUPS and level in ("debug", "info"):
+        # Events are in the event log; a one-shot command's stderr is for its one-line verdict.
+        level = "warning"
+    configure_logging(config.log.format, level)
     return run_handler(config, args)
 
 

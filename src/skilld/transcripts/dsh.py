@@ -23,9 +23,13 @@ Reading rules (each is a promise the tests hold):
   from its start with `reset=True`. A file whose device, inode, size and mtime are unchanged is
   answered from `stat` alone, without opening it.
 * Events whose `seq` is not above the cursor's are ignored: nothing is sent twice.
-* Only user messages typed by a person become role "user"; harness-injected text (plugins,
-  coordinator, settled subagents, ...) is dropped, a goal becomes a short "[goal] ..." system
-  line. Reasoning and streaming rows never reach a window.
+* Skips inside a session are counted on its SessionRead; ScanResult.skipped_lines counts only
+  those that belong to no session (a file whose header is unreadable).
+* Only user messages typed by a person (`source.kind` "user", or no source at all in older
+  logs) become role "user"; harness-injected text (plugins, coordinator, settled subagents,
+  ...) is dropped, a goal becomes a short "[goal] ..." system line. Reasoning and streaming
+  rows never reach a window. Surface rewrites (`surfaceOp` replace: compaction summaries,
+  pruned tool results) restate old history and are skipped.
 * `turn/end` closes a turn. A turn that ends on a tool result or an error gets an assistant line
   "[turn ended: <reason>]" so the finished turn is visible as one. A finished-looking assistant
   message with no `turn/end` after it yet is held back (the cursor stays before it) until its
@@ -319,7 +323,7 @@ def parse_header(line: bytes) -> SessionHeader:
     """The header line of a session file; raises ValueError when it is not one."""
     try:
         record = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise _BadHeader(f"header is not JSON: {exc}") from exc
     if not isinstance(record, dict) or record.get("type") != "session":
         raise _BadHeader('first line is not a {"type":"session"} header')
@@ -512,7 +516,10 @@ def _arguments_text(arguments: Any) -> str:
         return arguments
     if arguments is None:
         return ""
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError:  # decoded near the recursion limit, too deep to encode again
+        return ""
 
 
 def _skill_name(arguments: Any) -> str | None:
@@ -520,7 +527,7 @@ def _skill_name(arguments: Any) -> str | None:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     name = arguments.get("name") if isinstance(arguments, dict) else None
     return name.strip() if isinstance(name, str) and name.strip() else None
@@ -547,6 +554,7 @@ class Digester:
         # tool/call events no assistant message has announced (yet): DSH writes a step's
         # message before its tool/call rows, so these wait for one event before standing alone.
         self._unannounced: list[ToolCall] = []
+        self._unannounced_at: str | None = None
         self._candidate: _Candidate | None = None
         # Index of the last message if it is an assistant message from the model (the only
         # kind a stray tool/call may join), else None.
@@ -562,7 +570,7 @@ class Digester:
         data = data if isinstance(data, dict) else {}
         timestamp = _timestamp(record.get("time"))
         if event_type == "tool/call":
-            self._tool_call(data)
+            self._tool_call(data, timestamp)
             return
         if event_type == "assistant/message":
             if _appends_to_surface(record):
@@ -657,7 +665,7 @@ class Digester:
             self.state.open = False
             self._candidate = _Candidate(len(self.messages) - 1, skill_count, hold, open_before)
 
-    def _tool_call(self, data: Mapping[str, Any]) -> None:
+    def _tool_call(self, data: Mapping[str, Any], timestamp: str | None) -> None:
         name = data.get("name")
         call_id = data.get("callId")
         if not isinstance(name, str) or not name:
@@ -666,6 +674,8 @@ class Digester:
             call_id if isinstance(call_id, str) else None, name, data.get("arguments")
         )
         if call is not None:
+            if not self._unannounced:
+                self._unannounced_at = timestamp
             self._unannounced.append(call)
 
     def _flush_unannounced(self) -> None:
@@ -674,7 +684,7 @@ class Digester:
             return
         calls, self._unannounced = tuple(self._unannounced), []
         if self._joinable is None:
-            self._emit(Message("assistant", "", calls))
+            self._emit(Message("assistant", "", calls, timestamp=self._unannounced_at))
             return
         last = self.messages[self._joinable]
         self.messages[self._joinable] = Message(
@@ -751,16 +761,29 @@ class _FileCursor:
         """The cursor, or None when it is missing or not one this source wrote."""
         if raw is None:
             return None
-        numbers = {
-            name: _int(raw.get(name))
-            for name in ("dev", "ino", "size", "mtime_ns", "offset", "seq")
-        }
-        texts = {name: raw.get(name) for name in ("path", "head", "tail")}
-        if None in numbers.values() or not all(isinstance(v, str) for v in texts.values()):
+        dev, ino, size = _int(raw.get("dev")), _int(raw.get("ino")), _int(raw.get("size"))
+        mtime_ns, offset, seq = (
+            _int(raw.get("mtime_ns")),
+            _int(raw.get("offset")),
+            _int(raw.get("seq")),
+        )
+        path, head, tail = raw.get("path"), raw.get("head"), raw.get("tail")
+        if dev is None or ino is None or size is None or mtime_ns is None or offset is None:
+            return None
+        if seq is None or not isinstance(path, str) or not isinstance(head, str):
+            return None
+        if not isinstance(tail, str):
             return None
         return cls(
-            **{name: int(value or 0) for name, value in numbers.items()},
-            **{name: str(value) for name, value in texts.items()},
+            path=path,
+            dev=dev,
+            ino=ino,
+            size=size,
+            mtime_ns=mtime_ns,
+            offset=offset,
+            seq=seq,
+            head=head,
+            tail=tail,
             held=raw.get("held") is True,
             retry=raw.get("retry") is True,
             discard=raw.get("discard") is True,
@@ -778,6 +801,25 @@ class _FileCursor:
         if self.retry:
             return False
         return not (self.held and now - st.st_mtime >= OPEN_TURN_RELEASE_SECONDS)
+
+
+@dataclass(frozen=True, slots=True)
+class _DbCursor:
+    seq: int  # last event consumed
+    last: int  # highest seq the session had when read (nothing new while it stays so)
+    incarnation: str | None
+    held: bool
+    state: TurnState
+
+    @classmethod
+    def parse(cls, raw: Cursor | None) -> _DbCursor | None:
+        """The cursor, or None when it is missing or not one this source wrote."""
+        if raw is None:
+            return None
+        seq, last, incarnation = _int(raw.get("seq")), _int(raw.get("last")), raw.get("incarnation")
+        if seq is None or last is None or not (incarnation is None or isinstance(incarnation, str)):
+            return None
+        return cls(seq, last, incarnation, raw.get("held") is True, TurnState.from_cursor(raw))
 
 
 def _tail_bytes(file: BinaryIO, offset: int) -> str:
@@ -808,7 +850,7 @@ def _feed_lines(digester: Digester, lines: list[bytes], position: int) -> int:
             continue
         try:
             event = event_from_record(json.loads(line), position)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting too deep for the decoder is malformed too
             malformed += 1
             continue
         if event is not None:
@@ -909,7 +951,7 @@ def _last_seq(lines: list[bytes]) -> int:
     for line in reversed(lines):
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         seq = _int(record.get("seq")) if isinstance(record, dict) else None
         if seq is not None:
@@ -974,7 +1016,7 @@ def _surface_op(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in ('"', "{"):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
     return value
 
@@ -1064,7 +1106,6 @@ class DshSource:
             scan.result.errors.append(
                 f"{self.path}: neither a sessions directory nor a SQLite database"
             )
-        scan.result.skipped_lines += sum(read.skipped_lines for read in scan.result.reads)
         return scan.result
 
     # -- directory of session files ---------------------------------------------------------
@@ -1100,18 +1141,21 @@ class DshSource:
         if not stat.S_ISREG(st.st_mode):
             result.errors.append(f"{path}: not a regular file")
             return
-        cursor = _FileCursor.parse(scan.cursors.get(cursor_key)) if cursor_key else None
-        if cursor is not None and cursor.same_file(st):
-            if cursor.subagent and not self.include_subagents:
-                return
-            if cursor.unchanged(st, scan.now):
-                if self._claim(cursor_key, path, scan):
-                    result.seen.add(cursor_key)
-                return
+        if cursor_key is not None:
+            cursor = _FileCursor.parse(scan.cursors.get(cursor_key))
+            if cursor is not None and cursor.same_file(st):
+                if cursor.subagent and not self.include_subagents:
+                    return
+                if cursor.unchanged(st, scan.now):
+                    if self._claim(cursor_key, path, scan):
+                        result.seen.add(cursor_key)
+                    return
         known = self._known.get(path)
-        same_inode = known is not None and (known.dev, known.ino) == (st.st_dev, st.st_ino)
-        if same_inode and known.header.subagent and not self.include_subagents:
-            return
+        if known is not None and (known.dev, known.ino) == (st.st_dev, st.st_ino):
+            if known.header.subagent and not self.include_subagents:
+                return
+            if not self._claim(known.header.key, path, scan):
+                return
         try:
             with open(path, "rb") as file:
                 self._read_file(file, path, st, scan)
@@ -1289,30 +1333,28 @@ class DshSource:
         last_seq, last_time = (last[0], last[1]) if last else (-1, None)
         mtime = last_time / 1000 if isinstance(last_time, int | float) else None
         idle = mtime is None or scan.now - mtime >= OPEN_TURN_RELEASE_SECONDS
-        cursor_seq = _int(raw_cursor.get("seq")) if raw_cursor else None
-        cursor_last = _int(raw_cursor.get("last")) if raw_cursor else None
+        cursor = _DbCursor.parse(raw_cursor)
         continues = (
-            raw_cursor is not None
-            and cursor_seq is not None
-            and cursor_last is not None
-            and cursor_last <= last_seq
-            and raw_cursor.get("incarnation") == session.incarnation
+            cursor is not None
+            and cursor.last <= last_seq
+            and cursor.incarnation == session.incarnation
         )
-        if raw_cursor is not None and continues:
-            held = raw_cursor.get("held") is True
-            if cursor_last == last_seq and not (held and idle):
+        if cursor is not None and continues:
+            if cursor.last == last_seq and not (cursor.held and idle):
                 return
-            after_seq, state = cursor_seq, TurnState.from_cursor(raw_cursor)
+            after_seq, state = cursor.seq, cursor.state
         else:
             cutoff = scan.start_new_at_end_before
             if raw_cursor is None and cutoff is not None and mtime is not None and mtime < cutoff:
-                cursor = self._database_cursor(last_seq, last_seq, session, TurnState(), held=False)
+                new_cursor = self._database_cursor(
+                    last_seq, last_seq, session, TurnState(), held=False
+                )
                 scan.result.reads.append(
                     SessionRead(
                         source=KIND,
                         session=key,
                         messages=[],
-                        cursor=cursor,
+                        cursor=new_cursor,
                         mtime=mtime,
                         label=session.header.label,
                     )
@@ -1338,24 +1380,24 @@ class DshSource:
                     "time": event_time,
                     "data": _row_data(data, self.max_line_bytes),
                 }
-            except ValueError:
+            except (ValueError, RecursionError):
                 skipped += 1
                 continue
             if surface_op is not None:
                 record["surfaceOp"] = _surface_op(surface_op)
             digester.add(PositionedEvent(record, seq, seq))
         digest = digester.finish(hold_open_turn=not idle)
-        cursor = self._database_cursor(
+        new_cursor = self._database_cursor(
             digest.last_seq, last_seq, session, digest.state, held=digest.hold is not None
         )
         reset = raw_cursor is not None and not continues
-        if digest.messages or reset or skipped or cursor != raw_cursor:
+        if digest.messages or reset or skipped or new_cursor != raw_cursor:
             scan.result.reads.append(
                 SessionRead(
                     source=KIND,
                     session=key,
                     messages=digest.messages,
-                    cursor=cursor,
+                    cursor=new_cursor,
                     skill_uses=digest.skill_uses,
                     skipped_lines=skipped,
                     reset=reset,
