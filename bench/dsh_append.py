@@ -117,6 +117,7 @@ def timed_appends(
 
 
 def main() -> int:
+    as_json = "--json" in sys.argv[1:]  # one JSON line for bench/tick.py's table
     rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="dsh-bench-") as scratch:
         big_root, small_root = Path(scratch, "big"), Path(scratch, "small")
@@ -150,6 +151,10 @@ def main() -> int:
         print(f"  one-frame      : {small_median * 1e3:.3f} ms (min {small_times[0] * 1e3:.3f})")
         verdict = "OK" if ratio <= TARGET_RATIO else "OVER TARGET"
         print(f"  ratio          : {ratio:.2f}x (target <= {TARGET_RATIO}x) {verdict}")
+        if as_json:
+            label = f"dsh: 1 frame appended, {big.uncompressed / 1e6:.0f} MB session"
+            summary = {"label": label, "with_history": big_median, "baseline": small_median}
+            print(json.dumps(summary))
         return 0 if ratio <= TARGET_RATIO else 1
 
 

@@ -135,11 +135,11 @@ def append_row(history_bytes: int, runs: int) -> tuple[str, float, float]:
     return f"1 MB append, {history_bytes / 1e9:.1f} GB history", with_history, without
 
 
-def dsh_row(quick: bool) -> tuple[str, float, float] | None:
+def dsh_row() -> tuple[str, float, float] | None:
     bench = ROOT / "bench" / "dsh_append.py"
     if not bench.exists():
         return None
-    args = [sys.executable, str(bench), "--json"] + (["--quick"] if quick else [])
+    args = [sys.executable, str(bench), "--json"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         print(result.stderr, file=sys.stderr)
@@ -191,7 +191,7 @@ def main() -> None:
         rows.append((label, value, baseline, "≤ 3×"))
     label, value, baseline = append_row(history, runs)
     rows.append((label, value, baseline, "≤ 1.5×"))
-    dsh = dsh_row(args.quick)
+    dsh = dsh_row()
     if dsh is not None:
         rows.append((*dsh, "≤ 1.5×"))
 
