@@ -6,6 +6,7 @@ every request body is recorded so tests can assert on what left the machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -147,9 +148,7 @@ class FakeLLM:
                     if key != "Content-Type":
                         self.send_header(key, value)
                 self.end_headers()
-                try:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
 
         return Handler

@@ -68,7 +68,9 @@ def test_refusals_exit_1_with_one_line(workspace: Workspace) -> None:
 
 def test_bad_usage_exits_2(workspace: Workspace) -> None:
     assert workspace.cli("skills", "frobnicate").returncode == 2
-    assert workspace.cli("skills", "write", "x", "--content", "c").returncode == 2  # no --description
+    assert (
+        workspace.cli("skills", "write", "x", "--content", "c").returncode == 2
+    )  # no --description
     assert workspace.cli("events", "--since", "yesterday").returncode == 2
     assert workspace.cli("usage", "touch", "x").returncode == 2
 

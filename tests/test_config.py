@@ -106,7 +106,7 @@ def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
 
 
 def test_unknown_env_key_in_a_known_section_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="llm.colour"):
+    with pytest.raises(ConfigError, match=r"llm\.colour"):
         build_config({}, environ={"SKILLD_LLM_COLOUR": "blue"})
 
 

@@ -74,7 +74,8 @@ def codex_session(path: Path) -> None:
          "payload": {"id": session_id, "cwd": "/repo", "instructions": "harness"}},
         {"timestamp": "2026-11-30T10:00:00Z", "type": "response_item",
          "payload": {"type": "message", "role": "user",
-                     "content": [{"type": "input_text", "text": "<environment_context>x</environment_context>"}]}},
+                     "content": [{"type": "input_text",
+                                  "text": "<environment_context>x</environment_context>"}]}},
         {"timestamp": "2026-11-30T10:00:01Z", "type": "response_item",
          "payload": {"type": "message", "role": "user",
                      "content": [{"type": "input_text", "text": "Migrate the database schema."}]}},
@@ -85,10 +86,12 @@ def codex_session(path: Path) -> None:
                      "arguments": json.dumps({"command": ["alembic", "upgrade", "head"]})}},
         {"timestamp": "2026-11-30T10:00:04Z", "type": "response_item",
          "payload": {"type": "function_call_output", "call_id": "call_1",
-                     "output": json.dumps({"output": "Running upgrade -> 42", "metadata": {"exit_code": 0}})}},
+                     "output": json.dumps({"output": "Running upgrade -> 42",
+                                           "metadata": {"exit_code": 0}})}},
         {"timestamp": "2026-11-30T10:00:05Z", "type": "response_item",
          "payload": {"type": "message", "role": "assistant",
-                     "content": [{"type": "output_text", "text": "Migrated with alembic upgrade head."}]}},
+                     "content": [{"type": "output_text",
+                                  "text": "Migrated with alembic upgrade head."}]}},
     ]  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
@@ -246,3 +249,31 @@ def test_llm_failure_is_an_error_event_visible_in_status(workspace: Workspace) -
     status = json.loads(workspace.cli("status", "--json").stdout)
     assert status["llm"]["last_error"]["kind"] in ("transport", "timeout")
     assert status["windows_deferred"] == 1
+
+
+def test_sighup_reloads_the_config(workspace: Workspace, fake_llm: FakeLLM) -> None:
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    daemon = workspace.popen("run")
+    try:
+        workspace.add_session("before", conversation("before"))
+        fake_llm.push(skill_reply("before-reload"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (workspace.skills / "before-reload").exists():
+            time.sleep(0.1)
+        assert (workspace.skills / "before-reload").exists()
+        workspace.settings = {"evolve": {"publish": "review"}}
+        workspace.write_config()
+        daemon.send_signal(signal.SIGHUP)
+        time.sleep(1.5)  # the reload happens between ticks; give it one interval
+        workspace.add_session("after", conversation("after"))
+        fake_llm.push(skill_reply("after-reload"))
+        staged = workspace.state / "pending" / "after-reload.json"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not staged.exists():
+            time.sleep(0.1)
+        assert staged.exists(), "after SIGHUP, review mode should stage new proposals"
+        assert not (workspace.skills / "after-reload").exists()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=10) == 0
