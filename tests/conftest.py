@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from tests.fakellm import FakeLLM
 
@@ -17,6 +18,15 @@ from tests.fakellm import FakeLLM
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """A test that runs `cli.main` in-process configures structlog onto pytest's captured
+    stream; later tests must not log into that stream once pytest has closed it."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from collections.abc import Callable, Sequence
 
 from skilld import __version__
 from skilld.app import App, open_app
-from skilld.commands import daemon, ops, replay, skills
+from skilld.commands import curate, daemon, mcp, ops, replay, skills
 from skilld.commands.common import Failure, Parser, UsageError
 from skilld.config import Config, ConfigError, load_config
 from skilld.log import configure_logging
 from skilld.skills.library import LibraryError
 from skilld.state import StateError
 
-COMMAND_MODULES = (daemon, skills, ops, replay)
+COMMAND_MODULES = (daemon, skills, ops, replay, curate, mcp)
 
 Handler = Callable[[App, argparse.Namespace], int]
 

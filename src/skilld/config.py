@@ -205,6 +205,8 @@ def load_config(
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{path} is not valid TOML: nested too deeply") from None
     return build_config(raw, environ=environ, path=path)
 
 
@@ -343,11 +345,14 @@ def _coerce(value: Any, hint: Any, key: str, *, base: Path) -> Any:
             )
         return value
     if target is Path:
-        if not isinstance(value, str) or not value:
+        # A NUL can name no file, and `~user` expansion would raise on it.
+        if not isinstance(value, str) or not value or "\x00" in value:
             raise ConfigError(f"must be a path string (got {value!r})", key)
         return _expand_path(value, base)
     if get_origin(target) is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list) or not all(
+            isinstance(v, str) and "\x00" not in v for v in value
+        ):
             raise ConfigError(f"must be an array of path strings (got {value!r})", key)
         return tuple(_expand_path(v, base) for v in value)
     if target is bool:

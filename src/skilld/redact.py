@@ -146,8 +146,8 @@ _ANNOTATION = r"[a-z_][\w.]{0,80}+(?:\[[\w., \[\]|]{0,80}+)?[ \t]+=(?!=)[ \t]*"
 # subscript follows (`getpass(`, `os.environ[`).
 _MIN_LENGTH = 8
 _BARE_VALUE = rf"(?P<bare>[^\s\"'`,;&|<>(){{}}\[\]]{{{_MIN_LENGTH},1024}}+)(?![(\[])"
-# A value quoted inside a JSON string (`{"cmd": "export PASSWORD=\\"…\\""}`, as tool-call
-# arguments are) has escaped quotes; escapes inside it are left to the bare rule.
+# A value quoted inside a JSON string, as in tool-call arguments (`{"cmd": "PW=\"…\""}`),
+# has escaped quotes; escapes inside it are left to the bare rule.
 _VALUE = (
     rf"(?:\\\"(?P<escaped>[^\"\\\r\n]{{{_MIN_LENGTH},1024}}+)\\\""
     rf"|\"(?P<double>(?:[^\"\\\r\n]|\\.){{{_MIN_LENGTH},1024}}+)\""

@@ -58,10 +58,45 @@ def status_report(app: App) -> dict[str, Any]:
         "llm": state.get_meta("llm_health"),
         "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
         "source_errors": state.get_meta("source_errors", []),
+        "source_errors_total": state.get_meta("source_errors_total", 0),
         "recent_errors": [
             e.as_dict() for e in state.events(kinds=("error", "usage_corrupt"), limit=3)
         ],
     }
+
+
+def backlog_line(backlog: dict[str, Any]) -> str:
+    """How far behind the daemon is, in one line for people."""
+    windows = backlog["windows"]
+    if windows:
+        line = (
+            f"{windows} window{'s' if windows != 1 else ''} ready in "
+            f"{backlog['sessions_ready']} session{'s' if backlog['sessions_ready'] != 1 else ''},"
+            f" ~{backlog['estimated_tokens']:,} input tokens"
+        )
+        hours = backlog["min_hours_at_spend_cap"]
+        if hours is not None:
+            line += (
+                f", at least {_duration(hours * 3600)} at"
+                f" {backlog['max_calls_per_hour']} calls/hour"
+            )
+    else:
+        line = "nothing to reflect"
+    waiting = backlog["sessions_waiting"]
+    if waiting:
+        line += (
+            f"; {waiting} session{'s' if waiting != 1 else ''} waiting for a finished turn"
+            " or more messages"
+        )
+    return line
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def cmd_status(app: App, args: argparse.Namespace) -> int:
@@ -84,13 +119,14 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
             print("last tick      never")
         print(
             f"sessions       {report['sessions_tracked']} tracked, "
-            f"{report['windows_deferred']} with deferred content "
-            f"(~{report['backlog']['estimated_tokens']} tokens)"
+            f"{report['windows_deferred']} with content not yet reflected"
         )
+        print(f"backlog        {backlog_line(report['backlog'])}")
         print(f"skills         {report['skills_managed']}/{report['max_managed']} managed")
         print(f"review         {report['pending_review']} awaiting approval")
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")
+        print(f"source errors  {report['source_errors_total']} in the last tick")
     if args.check and stale:
         print("skilld: heartbeat is older than three intervals", file=sys.stderr)
         return 1

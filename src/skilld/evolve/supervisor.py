@@ -32,6 +32,7 @@ from skilld.evolve.review import ReviewQueue
 from skilld.evolve.safety import risky_patterns
 from skilld.evolve.similar import Candidate, closest
 from skilld.evolve.window import (
+    cut,
     decode_message,
     delimit,
     encode_message,
@@ -45,10 +46,13 @@ from skilld.redact import merge_counts, redact
 from skilld.skills.document import InvalidSkill, SkillDoc, validate_skill
 from skilld.skills.library import CapReached, LibraryError, Origin, Protected
 from skilld.skills.names import InvalidName, apply_prefix
-from skilld.state import SessionState
+from skilld.state import Provenance, SessionState
 from skilld.transcripts.model import Message, Source
 from skilld.transcripts.registry import SOURCE_KINDS, build_source, default_path
 from skilld.transcripts.usage_inference import infer_skill_uses
+
+#: How many source errors a tick keeps for `status`; the total is always counted.
+MAX_REPORTED_SOURCE_ERRORS = 100
 
 #: LLM failures that say nothing about this window: no attempt is counted for them.
 _NOT_THE_WINDOWS_FAULT = frozenset({"circuit_open", "budget"})
@@ -130,7 +134,14 @@ class Failed:
     error: LLMError
 
 
-Verdict = Propose | Skip | Invalid | Failed
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """A write this window made before a crash, whose event never committed."""
+
+    record: Provenance
+
+
+Verdict = Propose | Skip | Invalid | Failed | Interrupted
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +217,8 @@ class TickReport:
             "skipped_lines": self.skipped_lines,
             "outcomes": dict(self.outcomes),
             "deferred": dict(self.deferred),
-            "source_errors": self.source_errors[:20],
+            "source_errors": self.source_errors[:MAX_REPORTED_SOURCE_ERRORS],
+            "source_errors_total": len(self.source_errors),
         }
 
 
@@ -253,8 +265,9 @@ class Evolver:
             state.set_meta("llm_health", self.llm.health())
             total = state.get_meta("skipped_lines_total", 0) + report.skipped_lines
             state.set_meta("skipped_lines_total", total)
-            if report.source_errors:
-                state.set_meta("source_errors", report.source_errors[:20])
+            # The last tick's errors, also when there are none: a fixed file stops being listed.
+            state.set_meta("source_errors", report.source_errors[:MAX_REPORTED_SOURCE_ERRORS])
+            state.set_meta("source_errors_total", len(report.source_errors))
         self.app.usage.flush()
 
     # -- reading -----------------------------------------------------------------------------
@@ -345,14 +358,24 @@ class Evolver:
                             return
                         self.window_allowance -= 1
                     spend = Spend()
-                    verdict = await self._ask(job, report, spend)
+                    interrupted = self._interrupted_write(job)
+                    if interrupted is not None:
+                        job, verdict = interrupted
+                    else:
+                        verdict = await self._ask(job, report, spend)
                     if isinstance(verdict, Failed) and verdict.error.kind in _NOT_THE_WINDOWS_FAULT:
                         tick_failures[verdict.error.kind] += 1
                         stop.set()
                         return
                     outcome = self._settle(session, job, verdict)
                     report.outcomes[outcome] += 1
-                    skill = verdict.doc.name if isinstance(verdict, Propose) else None
+                    skill = (
+                        verdict.doc.name
+                        if isinstance(verdict, Propose)
+                        else verdict.record.name
+                        if isinstance(verdict, Interrupted)
+                        else None
+                    )
                     report.records.append(
                         WindowRecord(
                             job.session,
@@ -364,8 +387,8 @@ class Evolver:
                             spend,
                         )
                     )
-                    if outcome in ("error", "cap"):
-                        return
+                    if outcome in ("error", "cap") or interrupted is not None:
+                        return  # an interrupted window may be shorter: the rest waits a tick
 
         async with anyio.create_task_group() as group:
             for key in pending_keys:
@@ -457,7 +480,12 @@ class Evolver:
                 return verdict
             messages = [
                 *messages,
-                {"role": "assistant", "content": reply.content or ""},
+                # Its own reply, for context, up to what a valid reply can hold: a 10 MB
+                # ramble must not come back as a 10 MB request.
+                {
+                    "role": "assistant",
+                    "content": cut(reply.content or "", 2 * self.config.skills.max_content_chars),
+                },
                 {"role": "user", "content": repair_message(Violation(verdict.reason, verdict.raw))},
             ]
         assert verdict is not None  # the loop always returns on its second pass
@@ -523,6 +551,20 @@ class Evolver:
                 doc = replace(doc, name=match.name)
         return Propose(doc, proposal.reason, near)
 
+    def _interrupted_write(self, job: Job) -> tuple[Job, Interrupted] | None:
+        """The window's own write, if a crash came between it and its event's commit.
+
+        Asking the model again could name another skill for the same window; the write it
+        already made becomes the window's outcome instead.
+        """
+        record = self.app.library.interrupted_write(job.session, job.first_message)
+        if record is None or record.last_message is None:
+            return None
+        count = record.last_message - job.first_message + 1
+        if not 0 < count <= len(job.messages):
+            return None
+        return replace(job, messages=job.messages[:count]), Interrupted(record)
+
     # -- settling ------------------------------------------------------------------------------
 
     def _settle(self, session: SessionState, job: Job, verdict: Verdict) -> str:
@@ -584,6 +626,11 @@ class Evolver:
                 )
                 advance()
             return "invalid"
+
+        if isinstance(verdict, Interrupted):
+            return self.app.library.finish_interrupted_write(
+                verdict.record, source=job.source_kind, also=advance, detail=window_detail
+            ).outcome
 
         doc = verdict.doc
         origin = Origin(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from skilld.fsutil import UnsafePath, atomic_write, contained_path, remove_stray_temps
 from skilld.log import get_logger
@@ -32,9 +32,9 @@ from skilld.skills.document import (
     render_skill,
     validate_skill,
 )
-from skilld.skills.names import InvalidName, validate_name
+from skilld.skills.names import InvalidName, is_safe_path_component, validate_name
 from skilld.skills.usage import UsageStore
-from skilld.state import StateDB
+from skilld.state import Provenance, StateDB
 
 Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
@@ -46,6 +46,34 @@ HUB_LOCK = Path(".hub") / "lock.json"
 #: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
 USER_RANK = 400
 EXTRA_RANK = 100
+
+
+class _Child(Protocol):
+    """What discovery reads of a directory entry (`os.DirEntry` has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    def is_dir(self) -> bool: ...
+
+    def is_file(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _NamedChild:
+    """A directory entry looked up by name instead of listed."""
+
+    name: str
+    path: str
+
+    def is_dir(self) -> bool:
+        return os.path.isdir(self.path)
+
+    def is_file(self) -> bool:
+        return os.path.isfile(self.path)
 
 
 class LibraryError(Exception):
@@ -157,24 +185,37 @@ class Library:
     # -- start-up ----------------------------------------------------------------------------
 
     def prepare(self) -> list[Path]:
-        """Create the skills dir and remove temp files a crash left behind."""
+        """Create the skills dir and remove temp files a crash left behind (history too)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        return remove_stray_temps(self.root, depth=2) + remove_stray_temps(
-            self.root / ARCHIVE_DIR, depth=2
+        return (
+            remove_stray_temps(self.root, depth=2)
+            + remove_stray_temps(self.root / ARCHIVE_DIR, depth=2)
+            + remove_stray_temps(self.history_dir, depth=2)
         )
 
     # -- discovery ---------------------------------------------------------------------------
 
-    def discover(self, *, include_extra: bool = True) -> list[SkillEntry]:
-        """Every skill, one per name (lowest rank wins), sorted by name."""
+    def discover(self, *, include_extra: bool = True, parse: bool = True) -> list[SkillEntry]:
+        """Every skill, one per name (lowest rank wins), sorted by name.
+
+        `parse=False` leaves `doc` unset: ownership needs only each file's hash, and parsing
+        the frontmatter is most of the cost of listing a large library.
+        """
+        return self._discover(include_extra=include_extra, parse=parse, only=None)
+
+    def _discover(self, *, include_extra: bool, parse: bool, only: str | None) -> list[SkillEntry]:
         bundled, hub = self._bundled_names(), self._hub_names()
-        provenance = self.state.all_provenance()
+        if only is None:
+            provenance = self.state.all_provenance()
+        else:
+            record = self.state.provenance(only)
+            provenance = {only: record} if record else {}
         found: dict[str, SkillEntry] = {}
         roots = [(self.root, USER_RANK, False)]
         if include_extra:
             roots += [(d, EXTRA_RANK + i, True) for i, d in enumerate(self.extra_dirs)]
         for root, rank, external in roots:
-            for entry in self._scan_root(root, rank):
+            for entry in self._scan_root(root, rank, parse=parse, only=only):
                 owner: Owner
                 if external:
                     owner = "external"
@@ -196,25 +237,37 @@ class Library:
         return [found[name] for name in sorted(found)]
 
     def get(self, name: str) -> SkillEntry | None:
-        for entry in self.discover():
-            if entry.name == name:
-                return entry
-        return None
+        # Only `name`'s own paths are looked at, so that every change (write, archive, delete)
+        # costs the same in a library of ten skills or of ten thousand.
+        if not is_safe_path_component(name):
+            return None  # discovery never lists such a name either
+        found = self._discover(include_extra=True, parse=True, only=name)
+        return found[0] if found else None
 
     def managed_names(self) -> list[str]:
         return [e.name for e in self.discover(include_extra=False) if e.owner == "managed"]
 
-    def _scan_root(self, root: Path, rank: int) -> Iterator[SkillEntry]:
+    def _scan_root(
+        self, root: Path, rank: int, *, parse: bool = True, only: str | None = None
+    ) -> Iterator[SkillEntry]:
         try:
-            children = sorted(os.scandir(root), key=lambda e: e.name)
+            children: list[_Child] = (
+                sorted(os.scandir(root), key=lambda e: e.name)
+                if only is None
+                else [
+                    _NamedChild(n, os.path.join(root, n))
+                    for n in (only, f"{only}.md")
+                    if os.path.lexists(os.path.join(root, n))
+                ]
+            )
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:
             self._log.warning("skills_root_unreadable", root=str(root), error=str(exc))
             return
         real_root = root.resolve()
-        dirs: dict[str, os.DirEntry[str]] = {}
-        flats: dict[str, os.DirEntry[str]] = {}
+        dirs: dict[str, _Child] = {}
+        flats: dict[str, _Child] = {}
         for child in children:
             if child.name.startswith("."):
                 continue  # .archive, .hub, .usage.json, temp files
@@ -228,25 +281,40 @@ class Library:
                     "skill_layout_clash", name=name, kept=str(Path(child.path) / SKILL_FILE)
                 )
             path = Path(child.path) / SKILL_FILE
-            if not path.exists() and not path.is_symlink():
+            # A linked folder is listed even without a SKILL.md: one leading out of the root
+            # must show as broken, not vanish.
+            if not path.exists() and not path.is_symlink() and not path.parent.is_symlink():
                 continue
-            yield self._load(name, path, root, real_root, rank, "dir")
+            yield self._load(name, path, root, real_root, rank, "dir", parse=parse)
         for name, child in flats.items():
             if name not in dirs:
-                yield self._load(name, Path(child.path), root, real_root, rank, "flat")
+                yield self._load(name, Path(child.path), root, real_root, rank, "flat", parse=parse)
 
     def _load(
-        self, name: str, path: Path, root: Path, real_root: Path, rank: int, layout: Layout
+        self,
+        name: str,
+        path: Path,
+        root: Path,
+        real_root: Path,
+        rank: int,
+        layout: Layout,
+        *,
+        parse: bool = True,
     ) -> SkillEntry:
         base = SkillEntry(name, path, root, rank, layout, "human", None, None)
-        target = path.resolve()
-        if target != real_root and real_root not in target.parents:
-            return replace(base, error=f"links out of {root}; ignored")
+        # Without a link on the way the file is inside the root by construction; resolving
+        # (a system call per path component) is kept for the paths where a link could lead out.
+        if path.is_symlink() or (path.parent != root and path.parent.is_symlink()):
+            target = path.resolve()
+            if target != real_root and real_root not in target.parents:
+                return replace(base, error=f"links out of {root}; ignored")
         try:
             data = path.read_bytes()
         except OSError as exc:
             return replace(base, error=f"unreadable: {exc.strerror or exc}")
         digest = sha256_bytes(data)
+        if not parse:
+            return replace(base, sha256=digest)
         try:
             doc = parse_skill(data, dialect=self.dialect)
         except SkillParseError as exc:
@@ -358,7 +426,11 @@ class Library:
         if existing is not None and existing.doc is not None and _same_skill(existing.doc, doc):
             with self.state.transaction():
                 self.state.add_event(
-                    "unchanged", skill=name, session=origin.session, source=origin.source
+                    "unchanged",
+                    skill=name,
+                    session=origin.session,
+                    source=origin.source,
+                    detail=detail,
                 )
                 if also:
                     also("unchanged")
@@ -379,6 +451,10 @@ class Library:
                 raise CapReached(f"the cap of {cap} managed skills is reached")
             path = self._new_path(name)
         else:
+            try:  # never write through a link that leads out of the root
+                contained_path(existing.root, *existing.path.relative_to(existing.root).parts)
+            except (UnsafePath, ValueError) as exc:
+                raise LibraryError(str(exc)) from None
             path = existing.path
             self._save_history(name, existing.path)
 
@@ -398,6 +474,10 @@ class Library:
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, data)
+        if outcome == "created":
+            # Before the commit: a crash after it must not leave a created skill without its
+            # usage record; one before it is finished by `finish_interrupted_write`.
+            self.usage.ensure(name, created_by="agent")
         with self.state.transaction():
             self.state.put_provenance(name, path=str(path), sha256=digest)
             self.state.add_event(
@@ -409,11 +489,71 @@ class Library:
             )
             if also:
                 also(outcome)
-        if outcome == "created":
-            self.usage.ensure(name, created_by="agent")
-        else:
+        if outcome == "updated":
             self.usage.bump(name, "patch")
         return WriteResult(outcome, name, path, digest)
+
+    def interrupted_write(self, session: str, first_message: int) -> Provenance | None:
+        """The write made for the window of `session` that starts at `first_message` whose
+        event never committed (a crash between the file's replacement and the commit), or None.
+
+        `write` commits the window and the new hash to provenance before it replaces the file,
+        so a file on disk with that hash that no write event names is exactly that case.
+        """
+        for record in self.state.all_provenance().values():
+            if record.session != session or record.first_message != first_message:
+                continue
+            try:
+                digest = sha256_bytes(Path(record.path).read_bytes())
+            except OSError:
+                continue
+            if digest != record.sha256:
+                continue  # the crash came before the file was replaced: nothing was written
+            latest = self.state.events(
+                kinds=("created", "updated", "rolled_back"), skill=record.name, limit=1
+            )
+            if not latest or latest[0].detail.get("sha256") != digest:
+                return record
+        return None
+
+    def finish_interrupted_write(
+        self,
+        record: Provenance,
+        *,
+        source: str,
+        also: Callable[[str], None] | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Commit the event of a write found by `interrupted_write`, as `write` would have."""
+        path = Path(record.path)
+        outcome: Literal["created", "updated"] = (
+            "created" if record.prev_sha256 is None else "updated"
+        )
+        try:
+            version = parse_skill(path.read_bytes(), dialect=self.dialect).metadata.get("version")
+        except (OSError, SkillParseError):
+            version = None
+        if outcome == "created":
+            self.usage.ensure(record.name, created_by="agent")
+        with self.state.transaction():
+            self.state.add_event(
+                outcome,
+                skill=record.name,
+                session=record.session,
+                source=source,
+                detail={
+                    "path": str(path),
+                    "sha256": record.sha256,
+                    "version": int(version) if str(version).isdigit() else None,
+                    **(detail or {}),
+                    "recovered": "the write's event was lost in a crash",
+                },
+            )
+            if also:
+                also(outcome)
+        if outcome == "updated":
+            self.usage.bump(record.name, "patch")
+        return WriteResult(outcome, record.name, path, record.sha256)
 
     def _new_path(self, name: str) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -537,10 +677,10 @@ class Library:
         skill_file = target / SKILL_FILE if target.is_dir() else target
         self.usage.restore(name)
         with self.state.transaction():
-            if self.state.provenance(name):
-                self.state.put_provenance(
-                    name, path=str(skill_file), sha256=sha256_bytes(skill_file.read_bytes())
-                )
+            # The hash recorded at archive time stays: a copy edited inside the archive comes
+            # back human-owned, exactly as an edit in place would have made it.
+            if record := self.state.provenance(name):
+                self.state.put_provenance(name, path=str(skill_file), sha256=record.sha256)
             self.state.add_event(
                 "restored", skill=name, source=origin.source, detail={"path": str(skill_file)}
             )

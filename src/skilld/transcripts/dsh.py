@@ -56,6 +56,7 @@ from typing import Any, BinaryIO
 
 import zstandard
 
+from skilld.transcripts.filesource import find_files
 from skilld.transcripts.model import Cursor, Message, ScanResult, SessionRead, ToolCall
 
 KIND = "dsh"
@@ -862,22 +863,31 @@ def _read_zstd_tail(
     file: BinaryIO, start: int, end: int, digester: Digester, max_line_bytes: int
 ) -> _Tail:
     tail = _Tail(committed=start)
-    for piece in _iter_frames(file, start, end):
-        if piece.payload is None:
-            tail.skipped += 1
-            tail.retry = True
-            continue
-        if _is_skippable_frame(piece.payload):
+    resume: int | None = start
+    while resume is not None:
+        pieces, resume = _iter_frames(file, resume, end), None
+        for piece in pieces:
+            if piece.payload is None:
+                tail.skipped += 1
+                tail.retry = True
+                continue
+            if _is_skippable_frame(piece.payload):
+                tail.committed, tail.retry = piece.end, False
+                continue
+            decoded = _decode_frame(piece.payload, max_line_bytes)
+            if decoded is None:
+                tail.skipped += 1
+                tail.retry = True
+                # A frame cut short by a crash is "completed" by the bytes of the frames written
+                # after it: resume at a frame that starts inside it rather than lose that one.
+                inner = piece.payload.find(_ZSTD_MAGIC, 1)
+                if inner != -1:
+                    resume = piece.start + inner
+                    break
+                continue
+            lines, oversize = decoded
+            tail.skipped += oversize + _feed_lines(digester, lines, piece.start)
             tail.committed, tail.retry = piece.end, False
-            continue
-        decoded = _decode_frame(piece.payload, max_line_bytes)
-        if decoded is None:
-            tail.skipped += 1
-            tail.retry = True
-            continue
-        lines, oversize = decoded
-        tail.skipped += oversize + _feed_lines(digester, lines, piece.start)
-        tail.committed, tail.retry = piece.end, False
     return tail
 
 
@@ -1117,10 +1127,9 @@ class DshSource:
                 path_keys[raw["path"]] = key
         found: set[str] = set()
         for pattern in self.globs:
-            try:
-                found.update(str(path) for path in self.path.glob(pattern))
-            except (OSError, ValueError) as exc:
-                scan.result.errors.append(f"{self.path}: cannot list {pattern!r}: {exc}")
+            # Unlike Path.glob, this lists symlink loops and dangling links (reported as bad
+            # sessions, never silently missing) and never descends into a symlinked directory.
+            found.update(str(path) for path in find_files(self.path, pattern, scan.result.errors))
         # Files a cursor already points at claim their session key first.
         for path in sorted(found, key=lambda p: (p not in path_keys, p)):
             self._scan_file(path, path_keys.get(path), scan)

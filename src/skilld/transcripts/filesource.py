@@ -112,7 +112,6 @@ class LineFileSource(ABC):
             result.seen.add(session.key)
             if read is not None:
                 result.reads.append(read)
-                result.skipped_lines += read.skipped_lines
         return result
 
     def _list_sessions(self, errors: list[str]) -> list[SessionFile]:

@@ -64,6 +64,8 @@ class ScanResult:
     #: Every session key the source still sees (changed or not); cursors of keys that are
     #: no longer seen are forgotten.
     seen: set[str]
+    #: Skips that belong to no session (e.g. a file whose header is unreadable); skips inside
+    #: a session are counted on its SessionRead only, so the total is this plus the reads'.
     skipped_lines: int = 0
     errors: list[str] = field(default_factory=list)
 

@@ -1,0 +1,104 @@
+"""`skilld curate`: the curator's lifecycle pass (and, opted in, LLM consolidation) now."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from skilld.app import App
+from skilld.commands.common import Failure, print_json_line
+
+if TYPE_CHECKING:
+    from skilld.curator.schedule import CuratorRun
+
+
+def cmd_curate(app: App, args: argparse.Namespace) -> int:
+    # Imported here so that every other `skilld` command starts without the LLM client.
+    import anyio
+
+    from skilld.curator.schedule import curate, utc_now
+    from skilld.evolve.supervisor import llm_settings
+    from skilld.llm import LLMClient
+
+    consolidating = args.consolidate or app.config.curator.consolidate
+    now = utc_now()
+
+    async def run() -> CuratorRun:
+        if not consolidating:
+            return await curate(app, now=now, dry_run=args.dry_run)
+        try:
+            client = LLMClient(llm_settings(app.config))
+        except ValueError as exc:
+            raise Failure(f"llm.base_url: {exc}") from None
+        async with client as llm:
+            return await curate(app, now=now, dry_run=args.dry_run, llm=llm)
+
+    result = anyio.run(run)
+    if args.json:
+        print_json_line(result.as_dict())
+    else:
+        print_run(result)
+    consolidation = result.consolidation
+    if consolidation is not None and consolidation.status in ("error", "invalid"):
+        raise Failure(f"consolidation {consolidation.status}: {consolidation.reason}")
+    return 0
+
+
+def print_run(run: CuratorRun) -> None:
+    if run.deferred_until is not None:
+        print(
+            "first curator pass: clock started, nothing changed;"
+            f" the next pass is due after {run.deferred_until.isoformat(timespec='seconds')}"
+        )
+        return
+    would = "would be " if run.dry_run else ""
+    lifecycle = run.lifecycle
+    assert lifecycle is not None
+    for t in lifecycle.transitions:
+        print(f"{would}{t.kind:<12} {t.name:<32} {t.reason}")
+    for name in lifecycle.disabled:
+        print(f"{would}{'hidden':<12} {name:<32} disable-model-invocation: true")
+    for name in lifecycle.enabled:
+        print(f"{would}{'shown':<12} {name:<32} disable-model-invocation removed")
+    for failure in lifecycle.failures:
+        print(f"{'failed':<12} {failure.name:<32} {failure.action}: {failure.reason}")
+    counts: dict[str, int] = {}
+    for t in lifecycle.transitions:
+        counts[t.kind] = counts.get(t.kind, 0) + 1
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no transitions"
+    print(
+        f"{lifecycle.skills_seen} skills, {lifecycle.managed} managed: {summary}"
+        + (" (dry run: nothing changed)" if run.dry_run else "")
+    )
+    consolidation = run.consolidation
+    if consolidation is None:
+        return
+    print(f"consolidation: {consolidation.status}" + _reason(consolidation.reason))
+    for outcome in consolidation.outcomes:
+        detail = outcome.detail
+        what = (
+            f"into={detail['into']} from={','.join(detail.get('from', []))}"
+            if outcome.action == "merge"
+            else " ".join(outcome.names)
+        )
+        print(f"  {outcome.status:<8} {outcome.action:<8} {what}{_reason(outcome.reason)}")
+    if run.report_path is not None:
+        print(f"report: {run.report_path}")
+
+
+def _reason(reason: str | None) -> str:
+    return f" ({reason})" if reason else ""
+
+
+def register(commands: Any) -> None:
+    curate_parser = commands.add_parser(
+        "curate", help="mark stale skills, archive old ones, optionally consolidate (LLM)"
+    )
+    curate_parser.add_argument(
+        "--dry-run", action="store_true", help="print what would change; change nothing"
+    )
+    curate_parser.add_argument(
+        "--consolidate", action="store_true", help="also ask the LLM to merge and prune skills"
+    )
+    curate_parser.add_argument("--json", action="store_true", help="the run report as JSON")
+    curate_parser.set_defaults(handler=cmd_curate)

@@ -1,0 +1,138 @@
+"""When the curator runs: inside `skilld run` every `curator.interval_hours`, and on demand.
+
+The first pass after a fresh install only starts the clock (`curator_last_run` in state meta):
+nothing is archived on day one, when usage records imported from another tool, or created
+before skilld tracked anything, would make every skill look ancient.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from skilld.app import App
+from skilld.config import Config
+from skilld.curator.consolidate import ConsolidationReport, consolidate
+from skilld.curator.passes import LifecycleReport, read_last_run, run_lifecycle, write_last_run
+from skilld.fsutil import atomic_write
+from skilld.llm import LLMClient
+from skilld.log import get_logger
+
+Clock = Callable[[], datetime]
+Decision = Literal["defer", "due", "wait"]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def schedule_decision(last_run: datetime | None, now: datetime, interval: timedelta) -> Decision:
+    """`defer` on the first pass ever, `due` once an interval has passed, else `wait`."""
+    if last_run is None:
+        return "defer"
+    return "due" if now - last_run >= interval else "wait"
+
+
+@dataclass
+class CuratorRun:
+    started_at: datetime
+    dry_run: bool
+    #: Set on the first pass ever: when the first real one will run.
+    deferred_until: datetime | None = None
+    lifecycle: LifecycleReport | None = None
+    consolidation: ConsolidationReport | None = None
+    report_path: Path | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "started_at": self.started_at.isoformat(timespec="seconds"),
+            "dry_run": self.dry_run,
+            "deferred_until": (
+                self.deferred_until.isoformat(timespec="seconds") if self.deferred_until else None
+            ),
+            "lifecycle": self.lifecycle.as_dict() if self.lifecycle else None,
+            "consolidation": self.consolidation.as_dict() if self.consolidation else None,
+            "report": str(self.report_path) if self.report_path else None,
+        }
+
+
+async def curate(
+    app: App,
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    llm: LLMClient | None = None,
+) -> CuratorRun:
+    """One curator run: the lifecycle pass, then consolidation when an `llm` is given.
+
+    A dry run reports what would happen and changes nothing, not even the schedule.
+    """
+    run = CuratorRun(now, dry_run)
+    interval = timedelta(hours=app.config.curator.interval_hours)
+    if schedule_decision(read_last_run(app), now, interval) == "defer" and not dry_run:
+        write_last_run(app, now)
+        run.deferred_until = now + interval
+        return run
+    if not dry_run:
+        # Claimed before the pass: a pass that keeps failing costs one error per interval,
+        # not one per daemon tick.
+        write_last_run(app, now)
+    run.lifecycle = run_lifecycle(app, now=now, dry_run=dry_run)
+    if llm is not None:
+        run.consolidation = await consolidate(app, llm, now=now, dry_run=dry_run)
+        if not dry_run:
+            run.report_path = write_report(app.config.state.dir / "reports", run)
+    return run
+
+
+def write_report(folder: Path, run: CuratorRun) -> Path:
+    """`<state_dir>/reports/curate-<UTC stamp>.json`, never overwriting an earlier one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = run.started_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = folder / f"curate-{stamp}.json"
+    suffix = 1
+    while os.path.lexists(path):
+        path = folder / f"curate-{stamp}-{suffix}.json"
+        suffix += 1
+    run.report_path = path
+    text = json.dumps(run.as_dict(), ensure_ascii=False, indent=2, default=str) + "\n"
+    atomic_write(path, text)
+    return path
+
+
+class ScheduledCurator:
+    """The daemon's hook: runs `curate` when an interval has passed since the last run."""
+
+    def __init__(self, clock: Clock = utc_now) -> None:
+        self.clock = clock
+        self.log = get_logger("skilld.curator")
+
+    async def __call__(self, app: App, llm: LLMClient) -> None:
+        now = self.clock()
+        curator = app.config.curator  # the daemon reloads its config on SIGHUP
+        interval = timedelta(hours=curator.interval_hours)
+        if schedule_decision(read_last_run(app), now, interval) == "wait":
+            return
+        run = await curate(app, now=now, llm=llm if curator.consolidate else None)
+        if run.deferred_until is not None:
+            self.log.info("curator_deferred", until=run.deferred_until.isoformat())
+            return
+        assert run.lifecycle is not None
+        self.log.info(
+            "curator_pass",
+            transitions=len(run.lifecycle.transitions),
+            failures=len(run.lifecycle.failures),
+            consolidation=run.consolidation.status if run.consolidation else None,
+        )
+
+
+def curator_pass_for(
+    config: Config, *, clock: Clock = utc_now
+) -> Callable[[App, LLMClient], Awaitable[None]] | None:
+    """The hook `skilld run` calls after every tick, or None when the curator is off."""
+    return ScheduledCurator(clock) if config.curator.enabled else None
