@@ -26,18 +26,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
 from skilld.config import SECTIONS, Config, SourceConfig
-from skilld.evolve.supervisor import default_sources
 from skilld.fsutil import TEMP_MARKER
-from skilld.llm import LLMClient, LLMError, LLMSettings
 from skilld.log import configure_logging
 from skilld.redact import redact
 from skilld.state import StateDB, StateError
-from skilld.transcripts.registry import default_path
+from skilld.transcripts.registry import default_path, default_sources
+
+if TYPE_CHECKING:  # the LLM client (httpx) loads only when doctor probes the endpoint
+    from skilld.llm import LLMError, LLMSettings
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -292,6 +293,8 @@ def check_api_key(config: Config) -> Check:
 def probe_settings(config: Config, timeout_seconds: float) -> LLMSettings:
     """One attempt, one token, no structured output: the cheapest request that proves the
     endpoint, the credentials and the model."""
+    from skilld.llm import LLMSettings
+
     return LLMSettings(
         base_url=config.llm.base_url,
         model=config.llm.model,
@@ -307,6 +310,8 @@ def probe_settings(config: Config, timeout_seconds: float) -> LLMSettings:
 
 
 async def probe_llm(settings: LLMSettings) -> LLMError | None:
+    from skilld.llm import LLMClient, LLMError
+
     async with LLMClient(settings) as client:
         try:
             await client.chat([{"role": "user", "content": "Reply with OK."}])

@@ -48,7 +48,7 @@ from skilld.skills.library import CapReached, LibraryError, Origin, Protected
 from skilld.skills.names import InvalidName, apply_prefix
 from skilld.state import Provenance, SessionState
 from skilld.transcripts.model import Message, Source
-from skilld.transcripts.registry import SOURCE_KINDS, build_source, default_path
+from skilld.transcripts.registry import build_source, default_path, default_sources
 from skilld.transcripts.usage_inference import infer_skill_uses
 
 #: How many source errors a tick keeps for `status`; the total is always counted.
@@ -72,19 +72,6 @@ def llm_settings(config: Config) -> LLMSettings:
         temperature=llm.temperature,
         max_tokens=llm.max_tokens,
     )
-
-
-def default_sources() -> tuple[SourceConfig, ...]:
-    """Zero config: every agent whose default transcript location exists on this machine."""
-    found = []
-    for kind in SOURCE_KINDS:
-        try:
-            path = default_path(kind)
-        except ValueError:
-            continue  # a kind with no default location (jsonl)
-        if path.exists():
-            found.append(SourceConfig(kind=kind, path=path))  # type: ignore[arg-type]
-    return tuple(found)
 
 
 def configured_sources(config: Config) -> list[tuple[str, Source]]:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from skilld.config import SourceConfig
 from skilld.transcripts.model import Source
 
 SOURCE_KINDS = ("jsonl", "dsh", "claude-code", "codex", "hermes")
@@ -50,3 +51,16 @@ def default_path(kind: str) -> Path:
     if kind == "jsonl":
         raise ValueError("a jsonl source has no default path: set `path` in its [[sources]] entry")
     raise ValueError(f"unknown source kind {kind!r} (expected one of {', '.join(SOURCE_KINDS)})")
+
+
+def default_sources() -> tuple[SourceConfig, ...]:
+    """Zero config: every agent whose default transcript location exists on this machine."""
+    found = []
+    for kind in SOURCE_KINDS:
+        try:
+            path = default_path(kind)
+        except ValueError:
+            continue  # a kind with no default location (jsonl)
+        if path.exists():
+            found.append(SourceConfig(kind=kind, path=path))  # type: ignore[arg-type]
+    return tuple(found)
