@@ -19,7 +19,8 @@ from skilld.app import App, open_app
 from skilld.config import Config, build_config, load_config
 from skilld.curator.lifecycle import Candidate, Thresholds, decide, plan_pass
 from skilld.curator.passes import DISABLED_KEY, LAST_RUN_KEY, run_lifecycle
-from skilld.curator.schedule import curate, curator_pass_for, schedule_decision
+from skilld.curator.schedule import ScheduledCurator, curate, schedule_decision
+from skilld.daemon import Daemon
 from skilld.skills.document import SkillDoc, parse_skill
 from skilld.skills.library import Library, Origin
 from skilld.skills.usage import UsageStore, format_timestamp, new_record
@@ -453,10 +454,11 @@ def test_agentskills_dialect_is_never_rewritten(tmp_path: Path, clock: Clock) ->
 
 @pytest.mark.anyio
 async def test_daemon_hook_runs_when_due(tmp_path: Path, clock: Clock) -> None:
-    assert curator_pass_for(make_config(tmp_path, enabled=False)) is None
+    with clocked_app(make_config(tmp_path / "off", enabled=False), clock) as app:
+        await ScheduledCurator(clock)(app, None)  # type: ignore[arg-type]
+        assert app.state.get_meta(LAST_RUN_KEY) is None  # disabled: not even deferred
     config = make_config(tmp_path, interval_hours=24)
-    hook = curator_pass_for(config, clock=clock)
-    assert hook is not None
+    hook = ScheduledCurator(clock)
     with clocked_app(config, clock) as app:
         write(app, "nightly")
         llm: Any = None  # consolidation is off: the hook never touches the client
@@ -470,6 +472,17 @@ async def test_daemon_hook_runs_when_due(tmp_path: Path, clock: Clock) -> None:
         await hook(app, llm)
         assert state_of(app, "nightly") == "stale"
         assert app.state.get_meta(LAST_RUN_KEY) == clock().isoformat(timespec="seconds")
+
+
+@pytest.mark.anyio
+async def test_the_daemon_runs_the_hook_after_its_tick(workspace: Workspace) -> None:
+    workspace.settings = {"log": {"level": "warning"}}
+    config = load_config(workspace.write_config())
+    result = await Daemon(config, curator_pass=ScheduledCurator(Clock())).run(once=True)
+    assert result.ticks == 1
+    state = StateDB(workspace.state / "state.db")
+    assert state.get_meta(LAST_RUN_KEY) == T0.isoformat(timespec="seconds")
+    state.close()
 
 
 # -- the command line ---------------------------------------------------------------------------

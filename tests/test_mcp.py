@@ -42,6 +42,9 @@ async def test_every_tool_round_trips_through_a_real_session(workspace: Workspac
     (workspace.skills / "by-hand" / "SKILL.md").write_text(
         "---\nname: by-hand\ndescription: Written by a person.\n---\n1. Mine.\n"
     )
+    outside = workspace.root / "outside.md"
+    outside.write_text("---\nname: escape\ndescription: x\n---\nprivate notes\n")
+    (workspace.skills / "escape.md").symlink_to(outside)
     server = StdioServerParameters(
         command=sys.executable, args=["-m", "skilld", "--config", str(config), "mcp"]
     )
@@ -90,6 +93,9 @@ async def test_every_tool_round_trips_through_a_real_session(workspace: Workspac
             assert refused.is_error and "by-hand is owned by human" in text_of(refused)
             refused = await session.call_tool("skill_delete", {"name": "by-hand"})
             assert refused.is_error and "owned by human" in text_of(refused)
+            escaped = await session.call_tool("skill_view", {"name": "escape"})
+            assert escaped.is_error and "links out of" in text_of(escaped)
+            assert "private notes" not in text_of(escaped)
             missing = await session.call_tool("skill_view", {"name": "no-such-skill"})
             assert missing.is_error and "no skill named no-such-skill" in text_of(missing)
             bad = await session.call_tool(
@@ -109,7 +115,7 @@ async def test_every_tool_round_trips_through_a_real_session(workspace: Workspac
             deleted = structured(await session.call_tool("skill_delete", {"name": "second"}))
             assert deleted["deleted"] == "second"
             after = structured(await session.call_tool("skill_list", {}))["skills"]
-            assert sorted(row["name"] for row in after) == ["by-hand", "run-tests"]
+            assert sorted(row["name"] for row in after) == ["by-hand", "escape", "run-tests"]
 
     assert "Traceback" not in (workspace.root / "server.err").read_text()
     assert (workspace.skills / "by-hand" / "SKILL.md").read_text().endswith("1. Mine.\n")

@@ -105,3 +105,10 @@ def test_one_daemon_per_state_dir_names_the_holder(tmp_path: Path) -> None:
         holder.wait()
     with DaemonLock(tmp_path):
         pass
+
+
+def test_detail_keys_may_repeat_column_names(tmp_path: Path) -> None:
+    with StateDB(tmp_path / "state.db") as db:
+        db.add_event("archived", skill="a", reason="r", detail={"reason": "x", "event": "y"})
+        event = db.events()[0]
+        assert event.reason == "r" and event.detail == {"reason": "x", "event": "y"}

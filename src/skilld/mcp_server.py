@@ -116,6 +116,8 @@ class SkillTools:
             entry = app.library.get(name)
             if entry is None:
                 raise Refused(f"no skill named {name}")
+            if entry.error:  # e.g. a link out of the skills dir: never read through it
+                raise Refused(f"{entry.name} is broken: {entry.error}")
             text = entry.path.read_text(encoding="utf-8", errors="replace")
             app.usage.bump(entry.name, "view")
             app.usage.flush()

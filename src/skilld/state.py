@@ -266,9 +266,11 @@ class StateDB:
             )
         level = "error" if kind in ("error", "usage_corrupt") else "info"
         fields = {"skill": skill, "session": session, "source": source, "reason": reason}
-        getattr(self._log, level)(
-            kind, **{k: v for k, v in fields.items() if v is not None}, **dict(detail or {})
-        )
+        line = {k: v for k, v in fields.items() if v is not None}
+        for key, value in (detail or {}).items():
+            # A detail key may repeat a column's name (or structlog's "event"): keep both.
+            line[f"detail_{key}" if key in fields or key == "event" else key] = value
+        getattr(self._log, level)(kind, **line)
         return int(cursor.lastrowid or 0)
 
     def events(

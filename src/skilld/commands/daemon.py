@@ -20,12 +20,14 @@ from skilld.state import StateError, utc_now_iso
 
 
 def cmd_run(config: Config, args: argparse.Namespace) -> int:
+    from skilld.curator.schedule import ScheduledCurator
     from skilld.daemon import Daemon
 
     once = args.group == "once"
     daemon = Daemon(
         config,
         reload_config=lambda: load_config(args.config),
+        curator_pass=ScheduledCurator(),
     )
     try:
         result = anyio.run(lambda: daemon.run(once=once))

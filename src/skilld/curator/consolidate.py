@@ -24,7 +24,6 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final, Literal
 
 from skilld.app import App
@@ -385,9 +384,7 @@ class ConsolidationReport:
         }
 
 
-async def consolidate(
-    app: App, llm: LLMClient, *, now: datetime, dry_run: bool = False
-) -> ConsolidationReport:
+async def consolidate(app: App, llm: LLMClient, *, dry_run: bool = False) -> ConsolidationReport:
     """Ask the model for a plan over the managed skills; apply it unless `dry_run`."""
     entries = [e for e in app.library.discover() if e.root == app.library.root]
     records = app.usage.read()

@@ -69,10 +69,6 @@ class Plan:
     disable: list[str] = field(default_factory=list)
     enable: list[str] = field(default_factory=list)
 
-    @property
-    def empty(self) -> bool:
-        return not (self.transitions or self.disable or self.enable)
-
 
 def is_curatable(candidate: Candidate) -> bool:
     """Only skills skilld wrote, and that nobody pinned, move automatically."""

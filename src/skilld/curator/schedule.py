@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from skilld.app import App
-from skilld.config import Config
 from skilld.curator.consolidate import ConsolidationReport, consolidate
 from skilld.curator.passes import LifecycleReport, read_last_run, run_lifecycle, write_last_run
 from skilld.fsutil import atomic_write
@@ -84,14 +83,15 @@ async def curate(
         write_last_run(app, now)
     run.lifecycle = run_lifecycle(app, now=now, dry_run=dry_run)
     if llm is not None:
-        run.consolidation = await consolidate(app, llm, now=now, dry_run=dry_run)
+        run.consolidation = await consolidate(app, llm, dry_run=dry_run)
         if not dry_run:
-            run.report_path = write_report(app.config.state.dir / "reports", run)
+            write_report(app.config.state.dir / "reports", run)
     return run
 
 
 def write_report(folder: Path, run: CuratorRun) -> Path:
-    """`<state_dir>/reports/curate-<UTC stamp>.json`, never overwriting an earlier one."""
+    """`<state_dir>/reports/curate-<UTC stamp>.json`, never overwriting an earlier one; the
+    report names its own path (`run.report_path` is set before it is written)."""
     folder.mkdir(parents=True, exist_ok=True)
     stamp = run.started_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = folder / f"curate-{stamp}.json"
@@ -115,6 +115,8 @@ class ScheduledCurator:
     async def __call__(self, app: App, llm: LLMClient) -> None:
         now = self.clock()
         curator = app.config.curator  # the daemon reloads its config on SIGHUP
+        if not curator.enabled:
+            return
         interval = timedelta(hours=curator.interval_hours)
         if schedule_decision(read_last_run(app), now, interval) == "wait":
             return
@@ -129,10 +131,3 @@ class ScheduledCurator:
             failures=len(run.lifecycle.failures),
             consolidation=run.consolidation.status if run.consolidation else None,
         )
-
-
-def curator_pass_for(
-    config: Config, *, clock: Clock = utc_now
-) -> Callable[[App, LLMClient], Awaitable[None]] | None:
-    """The hook `skilld run` calls after every tick, or None when the curator is off."""
-    return ScheduledCurator(clock) if config.curator.enabled else None

@@ -6,6 +6,7 @@ order, and the delimiters around the transcript, which the transcript itself can
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,14 +43,34 @@ def decode_message(data: dict[str, Any]) -> Message:
     )
 
 
+#: How a text cut to a length limit ends (`…[cut N chars]`; DSH writes `… [cut N chars]`).
+_CUT_MARKER = re.compile(r"… ?\[cut \d+ chars\]\Z")
+_CUT_WORD_MAX_CHARS = 512
+
+
+def without_cut_word(text: str) -> str:
+    """`text` without the word a length cut went through, if it was cut.
+
+    Redaction recognises a secret by its whole shape; the first half of a token cut in two
+    passes as harmless text, so the half-word is dropped instead of being sent.
+    """
+    marker = _CUT_MARKER.search(text)
+    if marker is None:
+        return text
+    end = start = marker.start()
+    while start > 0 and end - start < _CUT_WORD_MAX_CHARS and not text[start - 1].isspace():
+        start -= 1
+    return text[:start] + text[end:]
+
+
 def render_message(message: Message) -> str:
     if message.role == "tool":
         label = f"[tool result: {message.tool_name}]" if message.tool_name else "[tool result]"
     else:
         label = f"[{message.role}]"
-    lines = [f"{label} {message.text}".rstrip()]
+    lines = [f"{label} {without_cut_word(message.text)}".rstrip()]
     for call in message.tool_calls:
-        lines.append(f"  -> tool call {call.name}({call.arguments})")
+        lines.append(f"  -> tool call {call.name}({without_cut_word(call.arguments)})")
     return "\n".join(lines)
 
 

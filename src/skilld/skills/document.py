@@ -80,6 +80,8 @@ _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 # Wide enough that the emitter never folds a line; folding would be harmless YAML but makes
 # diffs of skill files noisy.
 _NO_FOLD_WIDTH = 2**31 - 1
+#: libyaml's loader when PyYAML was built with it: about ten times faster, same safe subset.
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SkillParseError(ValueError):
@@ -156,7 +158,7 @@ def _normalise_newlines(text: str) -> str:
 
 def _load_frontmatter(source: str) -> Mapping[Any, Any]:
     try:
-        loaded = yaml.safe_load(source)
+        loaded = yaml.load(source, Loader=_SafeLoader)
     except yaml.YAMLError as error:
         raise SkillParseError(f"frontmatter is not valid YAML: {error}") from error
     except RecursionError as error:
