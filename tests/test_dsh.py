@@ -204,7 +204,7 @@ def test_messages_are_extracted_and_harness_text_dropped(root: Path) -> None:
     assert user.timestamp == "2026-08-06T07:06:40.002Z"
     assert goal.role == "system"
     assert goal.text.startswith("[goal] ship the converter by friday")
-    assert len(goal.text) <= 300 + len("… [cut 000 chars]")
+    assert len(goal.text) <= 300 + len("…[cut 000 chars]")
     assert call == Message(
         "assistant",
         "I'll read it first.",
@@ -214,7 +214,7 @@ def test_messages_are_extracted_and_harness_text_dropped(root: Path) -> None:
     assert not call.finishes_turn
     assert result.role == "tool"
     assert (result.tool_call_id, result.tool_name) == ("c1", "read")
-    assert result.text == "RRRRRRRRRR… [cut 40 chars]"
+    assert result.text == "RRRRRRRRRR…[cut 40 chars]"
     assert answer.role == "assistant" and answer.text == "Here is the text."
     assert answer.finishes_turn
     every_text = " ".join(m.text for m in read.messages)

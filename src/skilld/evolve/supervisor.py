@@ -32,7 +32,6 @@ from skilld.evolve.review import ReviewQueue
 from skilld.evolve.safety import risky_patterns
 from skilld.evolve.similar import Candidate, closest
 from skilld.evolve.window import (
-    cut,
     decode_message,
     delimit,
     encode_message,
@@ -48,6 +47,7 @@ from skilld.skills.library import CapReached, LibraryError, Origin, Protected
 from skilld.skills.names import InvalidName, apply_prefix
 from skilld.state import Provenance, SessionState
 from skilld.transcripts.model import Message, Source
+from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.registry import build_source, default_path, default_sources
 from skilld.transcripts.usage_inference import infer_skill_uses
 
@@ -471,7 +471,9 @@ class Evolver:
                 # ramble must not come back as a 10 MB request.
                 {
                     "role": "assistant",
-                    "content": cut(reply.content or "", 2 * self.config.skills.max_content_chars),
+                    "content": cut_text(
+                        reply.content or "", 2 * self.config.skills.max_content_chars
+                    ),
                 },
                 {"role": "user", "content": repair_message(Violation(verdict.reason, verdict.raw))},
             ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skilld.transcripts.model import Message, ToolCall
+from skilld.transcripts.normalise import cut_text
 
 
 def encode_message(message: Message) -> dict[str, Any]:
@@ -74,12 +75,6 @@ def render_message(message: Message) -> str:
     return "\n".join(lines)
 
 
-def cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"…[cut {len(text) - limit} chars]"
-
-
 def split_window(messages: Sequence[Message], max_chars: int) -> list[list[Message]]:
     """Split in order into chunks whose rendered size stays within `max_chars`.
 
@@ -112,7 +107,7 @@ def _shrink(message: Message, max_chars: int) -> Message:
     budget = max(max_chars - overhead - 40, 0)
     return Message(
         message.role,
-        cut(message.text, budget),
+        cut_text(message.text, budget),
         message.tool_calls,
         message.tool_call_id,
         message.tool_name,

@@ -58,6 +58,7 @@ import zstandard
 
 from skilld.transcripts.filesource import find_files
 from skilld.transcripts.model import Cursor, Message, ScanResult, SessionRead, ToolCall
+from skilld.transcripts.normalise import content_text, cut_text
 
 KIND = "dsh"
 ZSTD_FILE_NAME = "session.jsonl.zstd"
@@ -484,34 +485,6 @@ def _timestamp(value: Any) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… [cut {len(text) - limit} chars]"
-
-
-def _blocks_text(content: Any) -> str:
-    """Readable text of message content; reasoning and tool calls are handled elsewhere."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict):
-            kind = block.get("type")
-            if kind == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-            elif kind == "image":
-                parts.append("[image]")
-            elif kind == "file":
-                name = block.get("name") or block.get("filename")
-                parts.append(f"[file: {name}]" if isinstance(name, str) else "[file]")
-    return "\n".join(part for part in parts if part)
-
-
 def _arguments_text(arguments: Any) -> str:
     if isinstance(arguments, str):
         return arguments
@@ -619,12 +592,14 @@ class Digester:
             self.state.remember(call_id, name)
         if name == SKILL_TOOL_NAME and (skill := _skill_name(arguments)):
             self.skill_uses.append(skill)
-        return ToolCall(name, _cut(_arguments_text(arguments), TOOL_ARGUMENTS_MAX_CHARS), call_id)
+        return ToolCall(
+            name, cut_text(_arguments_text(arguments), TOOL_ARGUMENTS_MAX_CHARS), call_id
+        )
 
     def _user(self, data: Mapping[str, Any], timestamp: str | None) -> None:
         source = data.get("source")
         kind = source.get("kind") if isinstance(source, dict) else None
-        text = _blocks_text(data.get("content")).strip()
+        text = content_text(data.get("content")).strip()
         if not text:
             return
         # Older logs carry no source at all; everything the harness injects names its source.
@@ -632,7 +607,7 @@ class Digester:
             self._emit(Message("user", text, timestamp=timestamp))
         elif kind == "goal":
             self._note(
-                Message("system", _cut(f"[goal] {text}", GOAL_MAX_CHARS), timestamp=timestamp)
+                Message("system", cut_text(f"[goal] {text}", GOAL_MAX_CHARS), timestamp=timestamp)
             )
 
     def _assistant(self, data: Mapping[str, Any], timestamp: str | None, hold: Hold) -> None:
@@ -655,7 +630,7 @@ class Digester:
                 call = self._announce(call_id, name, block.get("arguments"))
                 if call is not None:
                     calls.append(call)
-        text = _blocks_text(blocks).strip()
+        text = content_text(blocks).strip()
         if not text and not calls:
             return
         open_before = self.state.open
@@ -704,7 +679,7 @@ class Digester:
             call_id = call_id if isinstance(call_id, str) else None
             result = block.get("content")
             text = (
-                _blocks_text(result) if isinstance(result, str | list) else _arguments_text(result)
+                content_text(result) if isinstance(result, str | list) else _arguments_text(result)
             )
             if block.get("isError") is True:
                 text = f"[error] {text}"
@@ -713,7 +688,7 @@ class Digester:
             self._emit(
                 Message(
                     "tool",
-                    _cut(text, self.tool_result_max_chars),
+                    cut_text(text, self.tool_result_max_chars),
                     tool_call_id=call_id,
                     tool_name=known_name
                     or (fallback_name if isinstance(fallback_name, str) else None),
