@@ -12,6 +12,7 @@ is still recognised as skilld's, so a repeated reflection rewrites it instead of
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -61,6 +62,8 @@ class _Child(Protocol):
 
     def is_file(self) -> bool: ...
 
+    def is_symlink(self) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _NamedChild:
@@ -74,6 +77,9 @@ class _NamedChild:
 
     def is_file(self) -> bool:
         return os.path.isfile(self.path)
+
+    def is_symlink(self) -> bool:
+        return os.path.islink(self.path)
 
 
 class LibraryError(Exception):
@@ -95,7 +101,7 @@ class NotFound(LibraryError):
 @dataclass(frozen=True, slots=True)
 class SkillEntry:
     name: str
-    path: Path
+    file: str  # the skill file; kept as text because discovery builds thousands of these
     root: Path
     rank: int
     layout: Layout
@@ -107,6 +113,10 @@ class SkillEntry:
     @property
     def broken(self) -> bool:
         return self.error is not None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +144,10 @@ class Origin:
     last_message: int | None = None
     model: str | None = None
     prompt_version: str | None = None
+
+
+def _external(name: str, digest: str | None) -> Owner:
+    return "external"
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -210,27 +224,24 @@ class Library:
         else:
             record = self.state.provenance(only)
             provenance = {only: record} if record else {}
+
+        def owner_of(name: str, digest: str | None) -> Owner:
+            if name in bundled:
+                return "bundled"
+            if name in hub:
+                return "hub"
+            record = provenance.get(name)
+            ours = record is not None and digest in (record.sha256, record.prev_sha256)
+            return "managed" if ours else "human"
+
         found: dict[str, SkillEntry] = {}
-        roots = [(self.root, USER_RANK, False)]
+        roots: list[tuple[Path, int, Callable[[str, str | None], Owner]]] = [
+            (self.root, USER_RANK, owner_of)
+        ]
         if include_extra:
-            roots += [(d, EXTRA_RANK + i, True) for i, d in enumerate(self.extra_dirs)]
-        for root, rank, external in roots:
-            for entry in self._scan_root(root, rank, parse=parse, only=only):
-                owner: Owner
-                if external:
-                    owner = "external"
-                elif entry.name in bundled:
-                    owner = "bundled"
-                elif entry.name in hub:
-                    owner = "hub"
-                else:
-                    record = provenance.get(entry.name)
-                    is_ours = record is not None and entry.sha256 in (
-                        record.sha256,
-                        record.prev_sha256,
-                    )
-                    owner = "managed" if is_ours else "human"
-                entry = replace(entry, owner=owner)
+            roots += [(d, EXTRA_RANK + i, _external) for i, d in enumerate(self.extra_dirs)]
+        for root, rank, owner in roots:
+            for entry in self._scan_root(root, rank, owner, parse=parse, only=only):
                 current = found.get(entry.name)
                 if current is None or entry.rank < current.rank:
                     found[entry.name] = entry
@@ -248,7 +259,13 @@ class Library:
         return [e.name for e in self.discover(include_extra=False) if e.owner == "managed"]
 
     def _scan_root(
-        self, root: Path, rank: int, *, parse: bool = True, only: str | None = None
+        self,
+        root: Path,
+        rank: int,
+        owner_of: Callable[[str, str | None], Owner],
+        *,
+        parse: bool = True,
+        only: str | None = None,
     ) -> Iterator[SkillEntry]:
         try:
             children: list[_Child] = (
@@ -278,52 +295,83 @@ class Library:
         for name, child in dirs.items():
             if name in flats:
                 self._log.warning(
-                    "skill_layout_clash", name=name, kept=str(Path(child.path) / SKILL_FILE)
+                    "skill_layout_clash", name=name, kept=os.path.join(child.path, SKILL_FILE)
                 )
-            path = Path(child.path) / SKILL_FILE
-            # A linked folder is listed even without a SKILL.md: one leading out of the root
-            # must show as broken, not vanish.
-            if not path.exists() and not path.is_symlink() and not path.parent.is_symlink():
-                continue
-            yield self._load(name, path, root, real_root, rank, "dir", parse=parse)
+            path = os.path.join(child.path, SKILL_FILE)
+            entry = self._load(
+                name, path, root, real_root, rank, "dir", owner_of,
+                parse=parse, linked=child.is_symlink(),
+            )  # fmt: skip
+            if entry is not None:
+                yield entry
         for name, child in flats.items():
             if name not in dirs:
-                yield self._load(name, Path(child.path), root, real_root, rank, "flat", parse=parse)
+                entry = self._load(
+                    name, child.path, root, real_root, rank, "flat", owner_of,
+                    parse=parse, linked=child.is_symlink(),
+                )  # fmt: skip
+                if entry is not None:
+                    yield entry
 
     def _load(
         self,
         name: str,
-        path: Path,
+        path: str,
         root: Path,
         real_root: Path,
         rank: int,
         layout: Layout,
+        owner_of: Callable[[str, str | None], Owner],
         *,
-        parse: bool = True,
-    ) -> SkillEntry:
-        base = SkillEntry(name, path, root, rank, layout, "human", None, None)
-        # Without a link on the way the file is inside the root by construction; resolving
-        # (a system call per path component) is kept for the paths where a link could lead out.
-        if path.is_symlink() or (path.parent != root and path.parent.is_symlink()):
-            target = path.resolve()
-            if target != real_root and real_root not in target.parents:
-                return replace(base, error=f"links out of {root}; ignored")
+        parse: bool,
+        linked: bool,
+    ) -> SkillEntry | None:
+        """The entry at `path`; None for a real folder without a skill file.
+
+        A link (the entry itself, or the skill file in a folder) is followed only when it stays
+        inside the root; one leading out is listed as broken, never read. Without a link on
+        the way the file is inside the root by construction, so the common case costs one
+        open and one read: this runs for every skill on every discovery.
+        """
+
+        def entry(
+            digest: str | None = None, doc: SkillDoc | None = None, error: str | None = None
+        ) -> SkillEntry:
+            owner = owner_of(name, digest)
+            return SkillEntry(name, path, root, rank, layout, owner, digest, doc, error)
+
+        flags = os.O_RDONLY | (0 if linked else os.O_NOFOLLOW)
         try:
-            data = path.read_bytes()
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            return entry(error="no SKILL.md in a linked folder") if linked else None
         except OSError as exc:
-            return replace(base, error=f"unreadable: {exc.strerror or exc}")
+            if exc.errno != errno.ELOOP:
+                return entry(error=f"unreadable: {exc.strerror or exc}")
+            linked, fd = True, None  # the skill file itself is a link
+        if linked:
+            target = Path(path).resolve()
+            if target != real_root and real_root not in target.parents:
+                if fd is not None:
+                    os.close(fd)
+                return entry(error=f"links out of {root}; ignored")
+        try:
+            if fd is None:
+                fd = os.open(path, os.O_RDONLY)
+            with os.fdopen(fd, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            return entry(error=f"unreadable: {exc.strerror or exc}")
         digest = sha256_bytes(data)
         if not parse:
-            return replace(base, sha256=digest)
+            return entry(digest)
         try:
             doc = parse_skill(data, dialect=self.dialect)
         except SkillParseError as exc:
-            return replace(base, sha256=digest, error=str(exc))
+            return entry(digest, error=str(exc))
         if doc.name != name:
-            return replace(
-                base, sha256=digest, doc=doc, error=f"frontmatter name {doc.name!r} != {name!r}"
-            )
-        return replace(base, sha256=digest, doc=doc)
+            return entry(digest, doc, f"frontmatter name {doc.name!r} != {name!r}")
+        return entry(digest, doc)
 
     def _bundled_names(self) -> set[str]:
         try:
