@@ -181,3 +181,8 @@ def workspace(tmp_path: Path) -> Workspace:
     ws.skills.mkdir()
     ws.sessions.mkdir()
     return ws
+
+
+# `--full` (campaigns at full size) must be known however pytest is started: a conftest below
+# tests/ is loaded too late to add options when the run starts at the repository root.
+from tests.campaigns.conftest import pytest_addoption  # noqa: E402,F401

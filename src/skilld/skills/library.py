@@ -340,21 +340,22 @@ class Library:
             owner = owner_of(name, digest)
             return SkillEntry(name, path, root, rank, layout, owner, digest, doc, error)
 
-        flags = os.O_RDONLY | (0 if linked else os.O_NOFOLLOW)
+        def leads_out() -> bool:
+            target = Path(path).resolve()
+            return target != real_root and real_root not in target.parents
+
+        if linked and leads_out():
+            return entry(error=f"links out of {root}; ignored")
         try:
-            fd = os.open(path, flags)
+            fd = os.open(path, os.O_RDONLY | (0 if linked else os.O_NOFOLLOW))
         except FileNotFoundError:
             return entry(error="no SKILL.md in a linked folder") if linked else None
         except OSError as exc:
             if exc.errno != errno.ELOOP:
                 return entry(error=f"unreadable: {exc.strerror or exc}")
-            linked, fd = True, None  # the skill file itself is a link
-        if linked:
-            target = Path(path).resolve()
-            if target != real_root and real_root not in target.parents:
-                if fd is not None:
-                    os.close(fd)
+            if leads_out():  # the skill file itself is a link
                 return entry(error=f"links out of {root}; ignored")
+            fd = None
         try:
             if fd is None:
                 fd = os.open(path, os.O_RDONLY)

@@ -188,7 +188,7 @@ class _Reader:
             for block in content:
                 if not isinstance(block, dict):
                     continue
-                block_type = block.get("type")
+                block_type = string_or_none(block.get("type"))  # hashable for `in`
                 if block_type == "tool_result":
                     self._append(self._tool_result(block, timestamp))
                 elif block_type == "text" and isinstance(block.get("text"), str):
@@ -242,7 +242,7 @@ def _assistant_content(content: Any) -> tuple[str, tuple[ToolCall, ...]]:
     for block in content:
         if not isinstance(block, dict):
             continue
-        block_type = block.get("type")
+        block_type = string_or_none(block.get("type"))  # hashable for `in`
         if block_type == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif block_type in TOOL_CALL_BLOCK_TYPES:

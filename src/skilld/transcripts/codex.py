@@ -150,7 +150,7 @@ class CodexSource(LineFileSource):
             if record is None or item is None:
                 continue
             timestamp = iso_timestamp(record.get("timestamp"))
-            item_type = item.get("type")
+            item_type = string_or_none(item.get("type"))  # hashable for `in`
             if item_type == "message":
                 message = self._message(item, timestamp, parsed)
                 if message is not None:
@@ -217,7 +217,7 @@ def _response_item(record: dict[str, Any]) -> dict[str, Any] | None:
     payload = record.get("payload")
     if record.get("type") == "response_item":
         return payload if isinstance(payload, dict) else None
-    if payload is None and record.get("type") in RESPONSE_ITEM_TYPES:
+    if payload is None and string_or_none(record.get("type")) in RESPONSE_ITEM_TYPES:
         return record  # an older rollout: the item itself, without the envelope
     return None
 

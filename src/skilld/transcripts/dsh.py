@@ -616,7 +616,7 @@ class Digester:
         blocks = content if isinstance(content, list) else []
         call_blocks = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool-call"]
         # A tool/call row that came first belongs to this message when the ids match.
-        block_ids = {block.get("id") for block in call_blocks}
+        block_ids = {block["id"] for block in call_blocks if isinstance(block.get("id"), str)}
         early = {c.call_id: c for c in self._unannounced if c.call_id in block_ids}
         self._unannounced = [c for c in self._unannounced if c.call_id not in block_ids]
         self._flush_unannounced()

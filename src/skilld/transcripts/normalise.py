@@ -70,7 +70,7 @@ def content_text(content: Any) -> str:
         if isinstance(block, str):
             parts.append(block)
         elif isinstance(block, dict):
-            block_type = block.get("type")
+            block_type = string_or_none(block.get("type"))  # hashable for `in`
             text = block.get("text")
             if block_type in TEXT_BLOCK_TYPES and isinstance(text, str):
                 parts.append(text)

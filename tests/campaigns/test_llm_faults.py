@@ -1,0 +1,516 @@
+"""LLM fault campaign: a loopback server that answers every way a real one can go wrong.
+
+Each request draws (seeded) one of: 429 with and without `Retry-After`, 500, 503, a hang longer
+than the timeout, a reset connection, HTML with 200, a truncated body, truncated JSON content,
+fenced JSON, a `<think>` block before the JSON, empty content, `finish_reason: length`, a
+refusal, 10 MB of text, a plain skip and a plain skill.
+
+Two drivers, both audited the same way:
+- in-process, the daemon's own Evolver with a clock the test owns and millisecond backoff, so
+  that a thousand requests take seconds;
+- the real `skilld run` subprocess (it must stay up and stop cleanly on SIGTERM), then
+  `skilld once` until every window is settled.
+
+Proved: every window ends as created, updated, unchanged, skipped, invalid or error (given up),
+or is still pending with an error or deferral on record; every session's settled windows tile
+its messages with no gap and no overlap; no chat call makes more than `max_retries + 1` HTTP
+attempts (plus the documented response-format fallbacks); no request echoes a huge reply back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skilld.app import open_app
+from skilld.config import build_config
+from skilld.evolve.supervisor import Evolver, configured_sources, llm_settings
+from skilld.llm import LLMClient
+from skilld.state import StateDB
+from tests.conftest import Workspace, conversation
+from tests.fakellm import FakeLLM, Reply, completion
+
+SEED = 424242
+SESSION_POOL = 16
+#: `skilld run` lives: each stops at its share of the requests or after this long.
+RUN_LIFE_SECONDS = 15.0
+RUN_REQUESTS_PER_LIFE = 50
+MAX_RETRIES = 2
+SUBPROCESS_MAX_RETRIES = 1
+MAX_ATTEMPTS = 3
+TIMEOUT_SECONDS = 0.3
+HANG_SECONDS = 0.7
+#: A request is bounded by the window, the prompt and the skill list; anything near this size
+#: carries a reply echoed back whole.
+REQUEST_BYTES_LIMIT = 1_000_000
+#: Outcomes that settle a window (an error settles it only once the attempts are used up).
+SETTLED_KINDS = frozenset({"created", "updated", "unchanged", "skipped", "invalid", "error"})
+ALL_WINDOW_KINDS = SETTLED_KINDS | {"cap", "protected", "staged"}
+
+FAULTS = (
+    "429 retry-after",
+    "429",
+    "500",
+    "503",
+    "hang",
+    "reset",
+    "html 200",
+    "truncated body",
+    "truncated json",
+    "fenced json",
+    "think json",
+    "empty",
+    "length",
+    "refusal",
+    "10 MB",
+    "skip",
+    "skill",
+)
+
+SKILL_NAMES = ("rebuild-the-index", "restart-the-worker", "pin-a-dependency")
+_MARKER = re.compile(r"^Session (\S+) \((\S+)\), messages (\d+)\D(\d+):")
+_HUGE_TEXT = ("All work and no play makes Jack a dull boy. " * 240_000)[: 10 * 1024 * 1024]
+_HUGE_BODY = json.dumps(completion(_HUGE_TEXT)).encode()
+
+
+def proposal(rng: random.Random) -> str:
+    name = rng.choice(SKILL_NAMES)
+    step = rng.randrange(3)
+    return json.dumps(
+        {
+            "evolve": True,
+            "name": name,
+            "description": f"How to {name.replace('-', ' ')} safely.",
+            "whenToUse": "When it is stuck.",
+            "content": f"1. Check the state.\n2. Step {step}.\n```bash\necho '{{ok}}'\n```\n",
+            "reason": "It took several tries.",
+        }
+    )
+
+
+def fault_reply(fault: str, rng: random.Random, retry_after: str) -> Reply:
+    skill = proposal(rng)
+    if fault == "429 retry-after":
+        return Reply(status=429, body='{"error": {"message": "slow down"}}',
+                     headers={"Retry-After": retry_after})  # fmt: skip
+    if fault == "429":
+        return Reply(status=429, body='{"error": {"message": "rate limited"}}')
+    if fault in ("500", "503"):
+        return Reply(status=int(fault), body='{"error": {"message": "overloaded"}}')
+    if fault == "hang":
+        return Reply(hang_seconds=HANG_SECONDS, body=completion(skill))
+    if fault == "reset":
+        return Reply(reset=True)
+    if fault == "html 200":
+        return Reply(body="<html><body>502 Bad Gateway</body></html>",
+                     headers={"Content-Type": "text/html"})  # fmt: skip
+    if fault == "truncated body":
+        whole = json.dumps(completion(skill))
+        return Reply(body=whole[: len(whole) // 2])
+    if fault == "truncated json":
+        return Reply(body=completion(skill[: len(skill) // 2]))
+    if fault == "fenced json":
+        return Reply(body=completion(f"Here it is:\n```json\n{skill}\n```\n"))
+    if fault == "think json":
+        think = '<think>Maybe {"evolve": false, "reason": "draft"}? No.</think>\n'
+        return Reply(body=completion(think + skill))
+    if fault == "empty":
+        return Reply(body=completion(""))
+    if fault == "length":
+        return Reply(body=completion(skill[: len(skill) // 3], finish_reason="length"))
+    if fault == "refusal":
+        body = completion("")
+        body["choices"][0]["message"] = {
+            "role": "assistant",
+            "content": None,
+            "refusal": "I can't help with that.",
+        }
+        return Reply(body=body)
+    if fault == "10 MB":
+        return Reply(body=_HUGE_BODY)
+    if fault == "skip":
+        return Reply(body=completion(json.dumps({"evolve": False, "reason": "Nothing new."})))
+    return Reply(body=completion(skill))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the server saw it."""
+
+    phase: int
+    session: str
+    first: int
+    chat: int  # 0: the first ask of a window, 1: its repair request
+    response_format: str
+    size: int
+    fault: str
+
+
+@dataclass
+class FaultLLM:
+    rng: random.Random
+    retry_after: str
+    phase: int = 0
+    seen: list[Seen] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, request: dict[str, Any]) -> Reply:
+        messages = request.get("messages") or [{}, {}]
+        match = _MARKER.match(str(messages[1].get("content", "")) if len(messages) > 1 else "")
+        response_format = (request.get("response_format") or {}).get("type", "none")
+        size = len(json.dumps(request))
+        with self.lock:
+            fault = self.rng.choice(FAULTS)
+            reply = fault_reply(fault, self.rng, self.retry_after)
+            self.seen.append(
+                Seen(
+                    self.phase,
+                    match.group(1) if match else "?",
+                    int(match.group(3)) if match else -1,
+                    0 if len(messages) <= 2 else 1,
+                    response_format,
+                    size,
+                    fault,
+                )
+            )
+        return reply
+
+
+def attempt_bound_violations(seen: list[Seen], phases: set[int], max_retries: int) -> list[str]:
+    """In a phase of one tick, each (window, chat) group is one chat() call."""
+    groups: dict[tuple[int, str, int, int], list[Seen]] = defaultdict(list)
+    for request in seen:
+        if request.phase in phases:
+            groups[(request.phase, request.session, request.first, request.chat)].append(request)
+    violations = []
+    for key, requests in groups.items():
+        fallbacks = len({r.response_format for r in requests}) - 1
+        if len(requests) > max_retries + 1 + fallbacks:
+            violations.append(
+                f"chat call {key} made {len(requests)} requests"
+                f" (bound {max_retries + 1} + {fallbacks} fallbacks):"
+                f" {[r.fault for r in requests]}"
+            )
+    return violations
+
+
+def window_violations(state_db: Path) -> tuple[list[str], Counter[str], int]:
+    """Every session's settled windows tile its messages; what is unsettled has a reason.
+
+    Returns (violations, final outcome per window, windows still pending).
+    """
+    violations: list[str] = []
+    outcomes: Counter[str] = Counter()
+    still_pending = 0
+    with StateDB(state_db) as state:
+        keys = [row["key"] for row in state.conn.execute("SELECT key FROM sessions")]
+        events = state.events(kinds=tuple(sorted(ALL_WINDOW_KINDS | {"deferred"})))
+        last_tick = state.get_meta("last_tick") or {}
+        sessions = {key: state.session(key) for key in keys}
+    by_session: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    unsessioned_reasons = [
+        e for e in events if e.session is None and e.kind in ("error", "deferred")
+    ]
+    for event in events:
+        if event.session is None or event.kind == "deferred":
+            continue
+        window = event.detail.get("messages")
+        if not (isinstance(window, list) and len(window) == 2):
+            violations.append(f"event {event.id} {event.kind} names no window: {event.detail}")
+            continue
+        if event.kind == "error" and not event.detail.get("gave_up"):
+            continue
+        by_session[event.session].append((window[0], window[1], event.kind))
+    for key, session in sessions.items():
+        assert session is not None
+        expected = 0
+        for first, last, kind in sorted(by_session.get(key, [])):
+            if first != expected or last < first:
+                violations.append(
+                    f"{key}: window {first}-{last} ({kind}) does not follow message {expected - 1}"
+                )
+            if kind not in SETTLED_KINDS:
+                violations.append(f"{key}: window {first}-{last} ended as {kind}")
+            outcomes[kind] += 1
+            expected = last + 1
+        if expected != session.reflected:
+            violations.append(
+                f"{key}: settled windows end at {expected}, watermark is {session.reflected}"
+            )
+        if session.pending:
+            still_pending += 1
+            own_error = any(
+                e.kind == "error" and e.session == key and e.detail["messages"][0] == expected
+                for e in events
+                if e.detail.get("messages")
+            )
+            if not (own_error or unsessioned_reasons or last_tick.get("deferred")):
+                violations.append(f"{key}: {len(session.pending)} messages pending, no reason")
+    return violations, outcomes, still_pending
+
+
+@dataclass
+class Clock:
+    now: float = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def add_round(sessions: Path, rng: random.Random, count: int) -> None:
+    """One finished conversation appended to each of `count` sessions drawn from the pool."""
+    for _ in range(count):
+        name = f"session-{rng.randrange(SESSION_POOL)}"
+        with (sessions / f"{name}.jsonl").open("a", encoding="utf-8") as handle:
+            for message in conversation(f"task {rng.randrange(10**6)}", turns=1):
+                handle.write(json.dumps(message) + "\n")
+
+
+async def run_in_process(
+    tmp_path: Path, fake: FakeLLM, faults: FaultLLM, rng: random.Random, target_requests: int
+) -> dict[str, Any]:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir(parents=True)
+    config = build_config(
+        {
+            "skills": {"dir": str(tmp_path / "skills")},
+            "state": {"dir": str(tmp_path / "state")},
+            "evolve": {
+                "cooldown_seconds": 0,
+                "min_messages": 2,
+                "backfill": "all",
+                "max_attempts": MAX_ATTEMPTS,
+            },
+            "llm": {
+                "base_url": fake.base_url,
+                "model": "test-model",
+                "timeout_seconds": TIMEOUT_SECONDS,
+                "max_retries": MAX_RETRIES,
+                "max_concurrency": 4,
+                "max_calls_per_hour": 0,
+            },
+            "sources": [{"kind": "jsonl", "path": str(sessions)}],
+        },
+        environ={},
+    )
+    settings = replace(
+        llm_settings(config),
+        backoff_base_seconds=0.001,
+        backoff_max_seconds=0.01,
+        circuit_reset_seconds=5,
+    )
+    clock = Clock()
+    ticks = 0
+    with open_app(config, prepare=True) as app:
+        async with LLMClient(settings, clock=clock) as llm:
+            evolver = Evolver(app, llm, configured_sources(config), clock=clock)
+            while len(faults.seen) < target_requests:
+                add_round(sessions, rng, 8)
+                for _ in range(4 * MAX_ATTEMPTS):
+                    ticks += 1
+                    faults.phase = ticks
+                    await evolver.tick()  # raising here is the daemon going down
+                    clock.now += 10  # past the circuit's reset: the next tick may probe
+                    fake.requests.clear()
+                    fake.raw_bodies.clear()
+                    if not app.state.sessions_with_pending():
+                        break
+    violations, outcomes, pending = window_violations(tmp_path / "state" / "state.db")
+    violations += attempt_bound_violations(faults.seen, set(range(1, ticks + 1)), MAX_RETRIES)
+    return {"ticks": ticks, "violations": violations, "outcomes": outcomes, "pending": pending}
+
+
+def run_subprocess(
+    workspace: Workspace, fake: FakeLLM, faults: FaultLLM, rng: random.Random, requests: int
+) -> dict[str, Any]:
+    workspace.llm_url = fake.base_url
+    workspace.settings = {
+        "evolve": {
+            "interval_seconds": 0.2,
+            "cooldown_seconds": 0,
+            "min_messages": 2,
+            "max_attempts": MAX_ATTEMPTS,
+        },
+        "llm": {
+            "timeout_seconds": TIMEOUT_SECONDS,
+            "max_retries": SUBPROCESS_MAX_RETRIES,
+            "max_calls_per_hour": 0,
+        },
+        "log": {"level": "warning"},
+    }
+    workspace.write_config()
+    violations: list[str] = []
+    lives = 3 if requests > RUN_REQUESTS_PER_LIFE else 1
+    for life in range(1, lives + 1):
+        violations += one_daemon_life(
+            workspace, faults, rng, phase=-life, requests=requests // lives
+        )
+    run_requests = len(faults.seen)
+    violations += run_phase_bound_violations(workspace, faults.seen, SUBPROCESS_MAX_RETRIES)
+
+    onces = 0
+    for phase in range(1, 9):
+        with StateDB(workspace.state / "state.db") as state:
+            if not state.sessions_with_pending():
+                break
+        faults.phase = phase
+        result = workspace.cli("once")
+        onces += 1
+        if result.returncode != 0:
+            violations.append(f"skilld once exited {result.returncode}: {result.stderr[-500:]}")
+    violations += attempt_bound_violations(
+        faults.seen, set(range(1, onces + 1)), SUBPROCESS_MAX_RETRIES
+    )
+    window_problems, outcomes, pending = window_violations(workspace.state / "state.db")
+    return {
+        "violations": violations + window_problems,
+        "outcomes": outcomes,
+        "pending": pending,
+        "run_requests": run_requests,
+        "onces": onces,
+    }
+
+
+def one_daemon_life(
+    workspace: Workspace, faults: FaultLLM, rng: random.Random, *, phase: int, requests: int
+) -> list[str]:
+    """`skilld run` under faults until it made `requests` requests or its time is up; it must
+    still be running then, and stop with 0 on SIGTERM. Sessions grow while it runs."""
+    violations = []
+    faults.phase = phase
+    made_before = len(faults.seen)
+    daemon = workspace.popen("run")
+    output: list[str] = []
+    readers = [
+        threading.Thread(target=lambda stream=stream: output.append(stream.read()), daemon=True)
+        for stream in (daemon.stdout, daemon.stderr)
+    ]
+    for reader in readers:
+        reader.start()  # a full pipe would stall the daemon on its next log line
+    try:
+        deadline = time.monotonic() + RUN_LIFE_SECONDS
+        next_round = 0.0
+        while time.monotonic() < deadline and len(faults.seen) - made_before < requests:
+            if daemon.poll() is not None:
+                break
+            if time.monotonic() >= next_round:
+                add_round(workspace.sessions, rng, 3)
+                next_round = time.monotonic() + 1.0
+            time.sleep(0.05)
+        if daemon.poll() is not None:
+            violations.append(f"skilld run exited with {daemon.returncode} under faults")
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=20)
+        for reader in readers:
+            reader.join(timeout=10)
+        if code != 0:
+            violations.append(f"skilld run stopped with {code}: {''.join(output)[-500:]}")
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=10)
+    return violations
+
+
+def run_phase_bound_violations(
+    workspace: Workspace, seen: list[Seen], max_retries: int
+) -> list[str]:
+    """`skilld run` ticks are not visible to the server, so the bound is per window: each ask
+    that failed left an error event, and one more ask settled it or was cut by SIGTERM."""
+    with StateDB(workspace.state / "state.db") as state:
+        errors = Counter(
+            (e.session, e.detail["messages"][0])
+            for e in state.events(kinds=("error",))
+            if e.session and e.detail.get("messages")
+        )
+    per_window: dict[tuple[int, str, int], list[Seen]] = defaultdict(list)
+    for request in seen:
+        if request.phase < 0:
+            per_window[(request.phase, request.session, request.first)].append(request)
+    violations = []
+    for window, requests in per_window.items():
+        asks = errors[window[1:]] + 1
+        fallbacks = len({r.response_format for r in requests}) - 1
+        bound = asks * 2 * (max_retries + 1) + fallbacks
+        if len(requests) > bound:
+            violations.append(f"window {window} made {len(requests)} requests in {asks} asks")
+    return violations
+
+
+@pytest.mark.anyio
+async def test_llm_fault_campaign(
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    full_size: bool,
+    campaign_figures: Callable[..., str],
+) -> None:
+    rng = random.Random(SEED)
+    in_process = FaultLLM(random.Random(rng.random()), retry_after="1")
+    fake_llm.responder = in_process
+    target = 1000 if full_size else 100
+    evolver = await run_in_process(tmp_path / "in-process", fake_llm, in_process, rng, target)
+
+    workspace = Workspace(tmp_path / "subprocess")
+    workspace.skills.mkdir(parents=True)
+    workspace.sessions.mkdir()
+    subprocess_faults = FaultLLM(random.Random(rng.random()), retry_after="1")
+    fake_llm.responder = subprocess_faults
+    daemon = run_subprocess(workspace, fake_llm, subprocess_faults, rng, 150 if full_size else 40)
+
+    every = in_process.seen + subprocess_faults.seen
+    oversized = [r for r in every if r.size > REQUEST_BYTES_LIMIT]
+    violations = evolver["violations"] + daemon["violations"]
+    violations += [f"request of {r.size} bytes for {r.session}" for r in oversized[:5]]
+    outcomes = evolver["outcomes"] + daemon["outcomes"]
+    campaign_figures(
+        "llm-faults",
+        requests=len(every),
+        in_process_requests=len(in_process.seen),
+        daemon_run_requests=daemon["run_requests"],
+        daemon_once_requests=len(subprocess_faults.seen) - daemon["run_requests"],
+        ticks=evolver["ticks"],
+        onces=daemon["onces"],
+        faults=len(set(r.fault for r in every)),
+        windows=sum(outcomes.values()),
+        outcomes=dict(sorted(outcomes.items())),
+        pending=evolver["pending"] + daemon["pending"],
+        largest_request_kb=max(r.size for r in every) // 1024,
+        violations=len(violations),
+    )
+    assert len(in_process.seen) >= target
+    assert set(FAULTS) <= {r.fault for r in every}
+    assert not violations, "\n".join(violations[:40])
+
+
+def test_window_audit_can_fail(tmp_path: Path) -> None:
+    """The tiling check sees a gap: a watermark past what the events account for."""
+    state_db = tmp_path / "state.db"
+    with StateDB(state_db) as state:
+        from skilld.state import SessionState
+
+        state.save_session(SessionState("jsonl:a", "jsonl:x", {}, 8, [], None, 0, None, None))
+        state.add_event("skipped", session="jsonl:a", detail={"messages": [0, 3]})
+    violations, outcomes, _ = window_violations(state_db)
+    assert outcomes == {"skipped": 1}
+    assert violations == ["jsonl:a: settled windows end at 4, watermark is 8"]
+
+
+def test_attempt_bound_can_fail() -> None:
+    """Four requests for one chat call with max_retries=2 is one too many; a format fallback
+    (a second response_format in the group) buys exactly one more."""
+    one_call = [Seen(1, "jsonl:a", 0, 0, "json_schema", 10, "500") for _ in range(4)]
+    assert len(attempt_bound_violations(one_call, {1}, 2)) == 1
+    with_fallback = [*one_call[:3], replace(one_call[3], response_format="json_object")]
+    assert attempt_bound_violations(with_fallback, {1}, 2) == []
+    assert attempt_bound_violations(one_call, {2}, 2) == []  # another phase is not audited
