@@ -22,7 +22,6 @@ from skilld.transcripts.dsh import (
     OPEN_TURN_RELEASE_SECONDS,
     DshSource,
     FrameFormatError,
-    default_sessions_root,
     frame_end,
 )
 from skilld.transcripts.model import Message, ScanResult, SessionRead, ToolCall
@@ -750,9 +749,13 @@ def test_same_session_in_two_files_is_read_once(root: Path) -> None:
     assert len(result.errors) == 1
 
 
-def test_default_sessions_root(tmp_path: Path) -> None:
-    assert default_sessions_root({"DSH_HOME": str(tmp_path)}) == tmp_path / "sessions"
-    assert default_sessions_root({}) == Path.home() / ".dsh" / "sessions"
+def test_default_sessions_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from skilld.transcripts.registry import default_path
+
+    monkeypatch.setenv("DSH_HOME", str(tmp_path))
+    assert default_path("dsh") == tmp_path / "sessions"
+    monkeypatch.delenv("DSH_HOME")
+    assert default_path("dsh") == Path.home() / ".dsh" / "sessions"
 
 
 # --------------------------------------------------------------------------------------------

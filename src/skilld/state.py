@@ -299,11 +299,6 @@ class StateDB:
         rows = self.conn.execute(sql, params).fetchall()
         return [_event(row) for row in reversed(rows)]
 
-    def count_events(self, kind: str) -> int:
-        return self.conn.execute("SELECT COUNT(*) FROM events WHERE kind = ?", (kind,)).fetchone()[
-            0
-        ]
-
     # -- provenance --------------------------------------------------------------------------
 
     def provenance(self, name: str) -> Provenance | None:

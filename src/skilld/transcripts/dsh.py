@@ -89,12 +89,6 @@ _TAIL_CHECK_BYTES = 16
 _END_STATE_FRAMES = 16
 
 
-def default_sessions_root(environ: Mapping[str, str] = os.environ) -> Path:
-    """Where DSH writes its sessions: `$DSH_HOME/sessions`, else `~/.dsh/sessions`."""
-    home = environ.get("DSH_HOME")
-    return (Path(home) if home else Path.home() / ".dsh") / "sessions"
-
-
 # --------------------------------------------------------------------------------------------
 # Zstandard frame structure (RFC 8878 §3.1)
 
