@@ -15,6 +15,7 @@ from skilld.skills.library import (
     NotFound,
     Origin,
     Protected,
+    sha256_bytes,
 )
 from skilld.skills.usage import UsageStore
 from skilld.state import StateDB
@@ -214,20 +215,13 @@ def test_stray_temp_files_are_removed_at_start(library: Library) -> None:
 def test_crash_after_file_write_before_commit_keeps_ownership(library: Library) -> None:
     """Provenance is committed (new + previous hash) before the file is replaced."""
     path = library.write(doc("resumable"), ME).path
-    new_text = "1. Newer.\n"
-    library.state.put_provenance(
-        "resumable", path=str(path), sha256="not-yet-written", prev_sha256=None
-    )
-    # Simulate: intent recorded with the old hash as prev, then a crash before the write.
-    record = library.state.provenance("resumable")
-    assert record is not None
-    from skilld.skills.library import sha256_bytes
-
+    # The intent of the next write is recorded (new hash, old hash as previous), then the
+    # process dies before the file is replaced: the old file must still count as skilld's.
     library.state.put_provenance(
         "resumable", path=str(path), sha256="h-new", prev_sha256=sha256_bytes(path.read_bytes())
     )
     assert owners(library)["resumable"] == "managed"
-    assert library.write(doc("resumable", body=new_text), ME).outcome == "updated"
+    assert library.write(doc("resumable", body="1. Newer.\n"), ME).outcome == "updated"
 
 
 def test_history_rollback_and_bound(library: Library) -> None:
@@ -275,7 +269,7 @@ def test_delete_keeps_last_version_in_history(library: Library) -> None:
     assert library.state.provenance("goner") is None
 
 
-def test_atomic_write_never_follows_a_planted_temp_symlink(tmp_path: Path) -> None:
+def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path: Path) -> None:
     target = tmp_path / "file.md"
     atomic_write(target, "one")
     atomic_write(target, "two")
