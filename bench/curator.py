@@ -119,7 +119,7 @@ def baseline_pass(app: App, *, limit: int | None = None) -> int:
         if transition.kind == "archived":
             app.library.archive(entry.name, CURATOR, reason=transition.reason)
         else:
-            app.usage.set_state(entry.name, transition.to_state)
+            app.library.usage.set_state(entry.name, transition.to_state)
             app.state.add_event(transition.kind, skill=entry.name, source=CURATOR.source)
     return moved
 
@@ -133,7 +133,7 @@ def timed(template: Path, work: Path, run: Callable[[App], int]) -> tuple[float,
         moved = run(app)
         return time.perf_counter() - start, moved
     finally:
-        app.usage.close()
+        app.library.usage.close()
         app.state.close()
 
 

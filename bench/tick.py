@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from skilld.app import open_app  # noqa: E402
 from skilld.config import build_config  # noqa: E402
-from skilld.evolve.supervisor import Evolver, configured_sources  # noqa: E402
+from skilld.evolve.supervisor import Evolver  # noqa: E402
+from skilld.evolve.wiring import bind_sources  # noqa: E402
 from skilld.llm import LLMClient, LLMSettings  # noqa: E402
 
 LINE = json.dumps({"role": "user", "content": "x" * 200}) + "\n"
@@ -62,12 +62,13 @@ def make_config(root: Path, sessions: Path, **evolve: object) -> object:
 class Harness:
     """An Evolver over `sessions`, ticked synchronously."""
 
-    def __init__(self, root: Path, sessions: Path) -> None:
-        self.config = make_config(root, sessions)
+    def __init__(self, root: Path, sessions: Path, **evolve: object) -> None:
+        self.config = make_config(root, sessions, **evolve)
         self._app_cm = open_app(self.config, prepare=True)  # type: ignore[arg-type]
         self.app = self._app_cm.__enter__()
         self.llm = LLMClient(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"))
-        self.evolver = Evolver(self.app, self.llm, configured_sources(self.config))  # type: ignore[arg-type]
+        bindings = bind_sources(self.config, self.app.routing)  # type: ignore[arg-type]
+        self.evolver = Evolver(self.app, self.llm, bindings)
 
     def tick(self) -> None:
         anyio.run(self.evolver.tick)
@@ -125,14 +126,46 @@ def append_row(history_bytes: int, runs: int) -> tuple[str, float, float]:
                 started = time.perf_counter()
                 harness.tick()
                 times.append(time.perf_counter() - started)
-                # What was read stays pending (no reflection here); clear it between runs.
-                harness.app.state.conn.execute("UPDATE sessions SET pending='[]', pending_count=0")
+                # What was read stays held (no reflection here); clear it between runs.
+                harness.app.state.conn.execute("DELETE FROM pending")
+                harness.app.state.conn.execute("UPDATE sessions SET pending_count = 0")
             harness.close()
             return min(times)
 
     with_history = measure(history_bytes)
     without = measure(0)
     return f"1 MB append, {history_bytes / 1e9:.1f} GB history", with_history, without
+
+
+def held_row(held_messages: int, runs: int) -> tuple[str, float, float]:
+    """One line appended to a session that holds `held_messages` unreflected messages (its turn
+    never finished) against the same append to a session that holds none."""
+    unfinished = json.dumps({"role": "user", "content": "still typing " + "x" * 100}) + "\n"
+
+    def measure(initial: int) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            sessions = root / "sessions"
+            sessions.mkdir()
+            path = sessions / "held.jsonl"
+            path.write_text(unfinished * initial, encoding="utf-8")
+            harness = Harness(root, sessions, backfill="all")
+            harness.tick()  # reads and holds `initial` messages
+            times = []
+            for _ in range(runs):
+                with path.open("a", encoding="utf-8") as handle:
+                    handle.write(unfinished)
+                started = time.perf_counter()
+                harness.tick()
+                times.append(time.perf_counter() - started)
+            held = harness.app.state.session("jsonl:held")
+            assert held is not None and held.held.count == initial + runs
+            harness.close()
+            return min(times)
+
+    with_held = measure(held_messages)
+    without = measure(0)
+    return f"1 append, session holding {held_messages:,} messages", with_held, without
 
 
 def dsh_row() -> tuple[str, float, float] | None:
@@ -165,16 +198,20 @@ def rss_row(count: int) -> tuple[str, float]:
             f'[[sources]]\nkind = "jsonl"\npath = "{sessions}"\n',
             encoding="utf-8",
         )
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        peak_kb = 0
         for _ in range(2):  # the second run tracks all of them from the start
-            subprocess.run(
+            child = subprocess.Popen(
                 [sys.executable, "-m", "skilld", "--config", str(config), "once"],
-                check=True,
-                capture_output=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
             )
-        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return f"peak RSS of `skilld once`, {count:,} sessions", max(peak_kb, before) / 1024
+            # This child's own peak, not the largest child of the whole benchmark run.
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            assert child.returncode == 0, f"skilld once exited {child.returncode}"
+            peak_kb = max(peak_kb, usage.ru_maxrss)
+    return f"peak RSS of `skilld once`, {count:,} sessions", peak_kb / 1024
 
 
 def main() -> None:
@@ -190,6 +227,8 @@ def main() -> None:
         label, value, baseline = idle_row(count, runs)
         rows.append((label, value, baseline, "≤ 3×"))
     label, value, baseline = append_row(history, runs)
+    rows.append((label, value, baseline, "≤ 1.5×"))
+    label, value, baseline = held_row(2_000 if args.quick else 10_000, runs)
     rows.append((label, value, baseline, "≤ 1.5×"))
     dsh = dsh_row()
     if dsh is not None:

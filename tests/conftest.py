@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 import structlog
 
+from skilld.routing import LibrarySpec
+from skilld.skills.library import Library
+from skilld.skills.usage import UsageStore
+from skilld.state import StateDB
 from tests.fakellm import FakeLLM
 
 
@@ -186,3 +190,37 @@ def workspace(tmp_path: Path) -> Workspace:
 # `--full` (campaigns at full size) must be known however pytest is started: a conftest below
 # tests/ is loaded too late to add options when the run starts at the repository root.
 from tests.campaigns.conftest import pytest_addoption  # noqa: E402,F401
+
+
+def library_spec(root: Path, name: str = "default", **changes: Any) -> LibrarySpec:
+    """A library's resolved settings, as routing gives them for a `[skills] dir` config."""
+    values: dict[str, Any] = {
+        "name": name,
+        "dir": root,
+        "dialect": "dsh",
+        "layout": "dir",
+        "max_managed": 50,
+        "name_prefix": "",
+        "project_dir": None,
+        "remote": None,
+        "branch": "main",
+        "recursive": False,
+        "extra_dirs": (),
+        "max_content_chars": 20000,
+        "history_keep": 10,
+    }
+    values.update(changes)
+    return LibrarySpec(**values)
+
+
+def open_library(root: Path, state_dir: Path, **changes: Any) -> Library:
+    """A library over `root` with its state in `state_dir` (real SQLite, real files)."""
+    spec = library_spec(root, **changes)
+    state = StateDB(state_dir / "state.db")
+    return Library(
+        spec,
+        state,
+        UsageStore(root),
+        history_dir=state_dir / "history" / f"@{spec.storage_key}",
+        locks_dir=state_dir / "locks",
+    )

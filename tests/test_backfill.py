@@ -18,7 +18,8 @@ import pytest
 
 from skilld.app import App, open_app
 from skilld.config import build_config
-from skilld.evolve.supervisor import Evolver, configured_sources
+from skilld.evolve.supervisor import Evolver
+from skilld.evolve.wiring import SourceBinding, bind_sources
 from skilld.llm import LLMClient, LLMSettings
 from skilld.transcripts.model import Cursor, ScanResult
 from tests.conftest import Workspace, conversation
@@ -91,7 +92,7 @@ async def evolver(
     )
     with open_app(config, prepare=True) as app:
         async with LLMClient(settings) as client:
-            yield app, Evolver(app, client, configured_sources(config), clock=clock)
+            yield app, Evolver(app, client, bind_sources(config, app.routing), clock=clock)
 
 
 async def test_none_starts_existing_sessions_at_their_end(
@@ -181,7 +182,8 @@ async def test_a_first_look_that_fails_keeps_the_policy_for_the_next_one(
     clock = Clock()
     async with evolver(tmp_path, fake_llm, backfill="24h", clock=clock) as (_, loop):
         source = FlakySource()
-        loop.sources = [("jsonl:/sessions", source)]
+        loop.sources = [SourceBinding("jsonl:/sessions", "jsonl", source, "default")]
+        loop._by_id = {"jsonl:/sessions": loop.sources[0]}
         await loop.tick()
         await loop.tick()
         await loop.tick()
@@ -209,9 +211,9 @@ async def test_backfill_is_reflected_oldest_first_within_the_spend_cap(
         sent = windows_sent(fake_llm)
         assert "oldest topic" in sent[0] and "middle topic" in sent[1]
         [deferred] = app.state.events(kinds=("deferred",))
-        assert deferred.reason == "llm.max_calls_per_hour reached"
+        assert "max_calls_per_hour" in (deferred.reason or "")
         session = app.state.session("jsonl:a-newest")
-        assert session is not None and session.pending  # deferred, not dropped
+        assert session is not None and session.held.count  # deferred, not dropped
         # The next tick in the same hour sends nothing more.
         clock.now += 60
         await loop.tick()

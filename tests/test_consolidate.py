@@ -25,7 +25,7 @@ from skilld.curator.consolidate import (
 )
 from skilld.curator.passes import LAST_RUN_KEY
 from skilld.curator.schedule import curate
-from skilld.evolve.supervisor import llm_settings
+from skilld.evolve.wiring import llm_settings
 from skilld.llm import LLMClient
 from skilld.skills.document import SkillDoc
 from skilld.skills.library import Origin
@@ -166,11 +166,11 @@ def app(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[App]:
     clock = Clock()
     with clocked_app(config, clock) as opened:
         for name in ("deploy-staging", "deploy-production", "obsolete-trick", "unrelated", "pin"):
-            opened.library.write(
+            opened.library.apply(
                 SkillDoc(name=name, description=f"How to {name}.", body=f"1. {name}.\n"), ME
             )
         opened.library.set_pinned("pin", True, ME)
-        opened.usage.bump_many(
+        opened.library.usage.bump_many(
             [("deploy-staging", "use")] * 3
             + [("deploy-production", "use")] * 2
             + [("deploy-production", "view")]
@@ -213,7 +213,7 @@ async def test_merges_two_skills_and_archives_a_third(app: App, fake_llm: FakeLL
         assert not (root / gone).exists() and (root / ".archive" / gone / "SKILL.md").is_file()
     assert (root / "unrelated" / "SKILL.md").is_file() and (root / "pin" / "SKILL.md").is_file()
 
-    usage = app.usage.get("deploy")
+    usage = app.library.usage.get("deploy")
     assert usage is not None and (usage["use_count"], usage["view_count"]) == (5, 1)
     archived = {e.skill: e for e in app.state.events(kinds=("archived",))}
     assert archived["deploy-staging"].detail["absorbed_into"] == "deploy"
@@ -227,10 +227,10 @@ async def test_merges_two_skills_and_archives_a_third(app: App, fake_llm: FakeLL
     ]
     assert app.state.events(kinds=("redacted",))[-1].detail["counts"] == {"github_token": 1}
 
-    assert run.consolidation.status == "applied" and run.report_path is not None
+    assert run.consolidation[0].status == "applied" and run.report_path is not None
     report = json.loads(run.report_path.read_text())
     assert run.report_path.parent == app.config.state.dir / "reports"
-    assert [(a["action"], a["status"]) for a in report["consolidation"]["actions"]] == [
+    assert [(a["action"], a["status"]) for a in report["consolidation"][0]["actions"]] == [
         ("merge", "applied"),
         ("archive", "applied"),
         ("keep", "applied"),
@@ -256,7 +256,7 @@ async def test_a_reply_naming_a_pinned_skill_is_refused_for_that_action_only(
     assert [(e.skill, e.reason, e.source) for e in refused] == [
         ("everything", "pin is pinned", "curator")
     ]
-    assert [o.status for o in run.consolidation.outcomes] == ["refused", "applied"]
+    assert [o.status for o in run.consolidation[0].outcomes] == ["refused", "applied"]
 
 
 @pytest.mark.anyio
@@ -264,7 +264,7 @@ async def test_an_invalid_reply_is_an_event_and_nothing_moves(app: App, fake_llm
     fake_llm.push(Reply(body=completion("You should merge the two deploy skills.")))
     before = tree_digest(app.library.root)
     run = await consolidate_now(app)
-    assert run.consolidation.status == "invalid"
+    assert run.consolidation[0].status == "invalid"
     assert tree_digest(app.library.root) == before
     invalid = app.state.events(kinds=("invalid",))[-1]
     assert invalid.source == "curator" and "no complete JSON object" in (invalid.reason or "")
@@ -297,7 +297,7 @@ def test_cli_dry_run_prints_the_plan_and_changes_nothing(
     workspace.settings = {"log": {"level": "warning"}}
     with open_app(load_config(workspace.write_config())) as opened:
         for name in ("lint-python", "lint-js", "pin"):
-            opened.library.write(
+            opened.library.apply(
                 SkillDoc(name=name, description=f"How to {name}.", body="1. Lint.\n"), ME
             )
         opened.library.set_pinned("pin", True, ME)

@@ -181,7 +181,34 @@ def test_extra_keys_are_ignored() -> None:
     parsed = parse_reply(json.dumps(document))
     assert isinstance(parsed, Proposal)
     assert not hasattr(parsed, "allowed-tools")
-    assert set(vars(parsed)) == {"name", "description", "when_to_use", "content", "reason"}
+    assert set(vars(parsed)) == {"name", "description", "when_to_use", "content", "reason", "scope"}
+    assert parsed.scope == "user"
+
+
+def test_scope_is_the_one_optional_key() -> None:
+    project = parse_reply(json.dumps(proposal_document("body") | {"scope": "project"}))
+    assert isinstance(project, Proposal) and project.scope == "project"
+    wrong = parse_reply(json.dumps(proposal_document("body") | {"scope": "global"}))
+    assert isinstance(wrong, Violation) and '"scope"' in wrong.reason
+
+
+def test_raw_control_characters_inside_strings_are_read() -> None:
+    # Local servers without a JSON mode often put a raw newline or tab inside a string.
+    reply = (
+        '{"evolve": true, "name": "fix-build", "description": "Fix the build.",'
+        ' "whenToUse": "When it breaks.", "content": "1. Run make.\n\t2. Check.\n",'
+        ' "reason": "Works."}'
+    )
+    assert "\n" in reply and "\\n" not in reply
+    parsed = parse_reply(reply)
+    assert isinstance(parsed, Proposal)
+    assert parsed.content == "1. Run make.\n\t2. Check.\n"
+
+
+def test_the_answer_is_the_object_that_carries_evolve() -> None:
+    reply = 'Example: {"name": "a"} Answer: {"evolve": false, "reason": "nothing new"}'
+    parsed = parse_reply(reply)
+    assert isinstance(parsed, Decline) and parsed.reason == "nothing new"
 
 
 def test_strict_mode_decline_with_empty_fields_is_a_decline() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from skilld.app import App, open_app
+from skilld.app import App, open_app, routing_of
 from skilld.config import Config, build_config, load_config
 from skilld.curator.lifecycle import Candidate, Thresholds, decide, plan_pass
 from skilld.curator.passes import DISABLED_KEY, LAST_RUN_KEY, run_lifecycle
@@ -64,18 +64,18 @@ def make_config(tmp_path: Path, **curator: Any) -> Config:
 def clocked_app(config: Config, clock: Clock) -> Iterator[App]:
     state = StateDB(config.state.dir / "state.db", clock=lambda: clock().timestamp())
     usage = UsageStore(config.skills.dir, clock=clock)
+    routing = routing_of(config)
     library = Library(
-        config.skills.dir,
+        routing.libraries["default"],
         state,
         usage,
-        history_dir=config.state.dir / "history",
-        dialect=config.skills.dialect,
-        extra_dirs=config.skills.extra_dirs,
+        history_dir=config.state.dir / "history" / "@default",
+        locks_dir=config.state.dir / "locks",
         clock=lambda: clock().timestamp(),
     )
     library.prepare()
     try:
-        yield App(config, state, usage, library)
+        yield App(config, routing, state, {"default": library})
     finally:
         usage.close()
         state.close()
@@ -93,11 +93,11 @@ def app(tmp_path: Path, clock: Clock) -> Iterator[App]:
 
 
 def write(app: App, name: str, body: str = "1. Run `make test`.\n") -> None:
-    app.library.write(SkillDoc(name=name, description=f"How to {name}.", body=body), ME)
+    app.library.apply(SkillDoc(name=name, description=f"How to {name}.", body=body), ME)
 
 
 def state_of(app: App, name: str) -> str | None:
-    record = app.usage.get(name)
+    record = app.library.usage.get(name)
     return record.get("state") if record else None
 
 
@@ -195,11 +195,11 @@ def test_stale_after_30_days_archived_after_90(app: App, clock: Clock) -> None:
     write(app, "deploy-staging")
     write(app, "busy-skill")
     clock.advance(days=29)
-    assert run_lifecycle(app, now=clock()).transitions == []
+    assert run_lifecycle(app, app.library, now=clock()).transitions == []
 
     clock.advance(days=2)
-    app.usage.bump("busy-skill", "use")
-    report = run_lifecycle(app, now=clock())
+    app.library.usage.bump("busy-skill", "use")
+    report = run_lifecycle(app, app.library, now=clock())
     assert [(t.kind, t.name) for t in report.transitions] == [("stale", "deploy-staging")]
     assert state_of(app, "deploy-staging") == "stale" and state_of(app, "busy-skill") == "active"
     event = app.state.events(kinds=("stale",))[-1]
@@ -210,17 +210,19 @@ def test_stale_after_30_days_archived_after_90(app: App, clock: Clock) -> None:
     )
 
     clock.advance(days=30)
-    assert run_lifecycle(app, now=clock()).transitions == []  # stale already: no second event
+    assert (
+        run_lifecycle(app, app.library, now=clock()).transitions == []
+    )  # stale already: no second event
 
     clock.advance(days=30)  # day 91; busy-skill, used on day 31, has been idle for 60 days
-    report = run_lifecycle(app, now=clock())
+    report = run_lifecycle(app, app.library, now=clock())
     assert {(t.kind, t.name) for t in report.transitions} == {
         ("archived", "deploy-staging"),
         ("stale", "busy-skill"),
     }
     archived_file = app.library.root / ".archive" / "deploy-staging" / "SKILL.md"
     assert archived_file.is_file() and not (app.library.root / "deploy-staging").exists()
-    usage = app.usage.get("deploy-staging")
+    usage = app.library.usage.get("deploy-staging")
     assert usage is not None and usage["state"] == "archived"
     assert usage["archived_at"] is not None and usage["archived_at"].startswith("2026-04-02")
     assert curator_events(app) == [
@@ -234,11 +236,11 @@ def test_stale_after_30_days_archived_after_90(app: App, clock: Clock) -> None:
 def test_new_activity_reactivates_a_stale_skill(app: App, clock: Clock) -> None:
     write(app, "flaky-tests")
     clock.advance(days=31)
-    run_lifecycle(app, now=clock())
+    run_lifecycle(app, app.library, now=clock())
     assert state_of(app, "flaky-tests") == "stale"
     clock.advance(days=1)
-    app.usage.bump("flaky-tests", "view")
-    report = run_lifecycle(app, now=clock())
+    app.library.usage.bump("flaky-tests", "view")
+    report = run_lifecycle(app, app.library, now=clock())
     assert [(t.kind, t.from_state, t.to_state) for t in report.transitions] == [
         ("reactivated", "stale", "active")
     ]
@@ -250,7 +252,7 @@ def test_pinned_skill_never_moves(app: App, clock: Clock) -> None:
     write(app, "keep-me")
     app.library.set_pinned("keep-me", True, ME)
     clock.advance(days=400)
-    assert run_lifecycle(app, now=clock()).transitions == []
+    assert run_lifecycle(app, app.library, now=clock()).transitions == []
     assert (app.library.root / "keep-me" / "SKILL.md").is_file()
     assert state_of(app, "keep-me") == "active" and curator_events(app) == []
 
@@ -277,12 +279,12 @@ def test_bundled_hub_human_and_external_skills_never_move(tmp_path: Path, clock:
         (root / "written-by-hand" / "SKILL.md").write_text(
             "---\nname: written-by-hand\ndescription: Mine.\n---\nbody\n"
         )
-        with app.usage.transaction() as records:
+        with app.library.usage.transaction() as records:
             for name in ("written-by-hand", "project-one"):
                 records[name] = new_record(T0 - timedelta(days=500), created_by="agent")
         before = tree_digest(root)
         clock.advance(days=400)
-        report = run_lifecycle(app, now=clock())
+        report = run_lifecycle(app, app.library, now=clock())
         assert [(t.kind, t.name) for t in report.transitions] == [("archived", "still-ours")]
         del before["still-ours"], before["still-ours/SKILL.md"]
         after = {k: v for k, v in tree_digest(root).items() if not k.startswith(".")}
@@ -295,7 +297,7 @@ def test_bundled_hub_human_and_external_skills_never_move(tmp_path: Path, clock:
 def test_restored_skill_survives_the_next_pass(app: App, clock: Clock) -> None:
     write(app, "old-habit")
     clock.advance(days=91)
-    run_lifecycle(app, now=clock())
+    run_lifecycle(app, app.library, now=clock())
     assert state_of(app, "old-habit") == "archived"
 
     clock.advance(days=1)
@@ -305,16 +307,16 @@ def test_restored_skill_survives_the_next_pass(app: App, clock: Clock) -> None:
     assert state_of(app, "old-habit") == "active"
 
     clock.advance(days=1)
-    assert run_lifecycle(app, now=clock()).transitions == []
+    assert run_lifecycle(app, app.library, now=clock()).transitions == []
     assert restored.is_file() and state_of(app, "old-habit") == "active"
     clock.advance(days=30)  # 31 days after the restore refreshed the anchor
-    assert [t.kind for t in run_lifecycle(app, now=clock()).transitions] == ["stale"]
+    assert [t.kind for t in run_lifecycle(app, app.library, now=clock()).transitions] == ["stale"]
 
 
 def test_restore_of_a_copy_edited_in_the_archive_is_human(app: App, clock: Clock) -> None:
     write(app, "tampered")
     clock.advance(days=91)
-    run_lifecycle(app, now=clock())
+    run_lifecycle(app, app.library, now=clock())
     archived = app.library.root / ".archive" / "tampered" / "SKILL.md"
     archived.write_text(archived.read_text() + "\nEdited while archived.\n")
     app.library.restore("tampered", ME)
@@ -325,33 +327,45 @@ def test_restore_of_a_copy_edited_in_the_archive_is_human(app: App, clock: Clock
 def test_skill_moved_back_by_hand_is_reactivated_not_archived_again(app: App, clock: Clock) -> None:
     write(app, "moved-back")
     clock.advance(days=91)
-    run_lifecycle(app, now=clock())
+    run_lifecycle(app, app.library, now=clock())
     (app.library.root / ".archive" / "moved-back").rename(app.library.root / "moved-back")
     clock.advance(days=1)
-    report = run_lifecycle(app, now=clock())
+    report = run_lifecycle(app, app.library, now=clock())
     assert [(t.kind, t.refresh_anchor) for t in report.transitions] == [("reactivated", True)]
     clock.advance(days=1)
-    assert run_lifecycle(app, now=clock()).transitions == []
+    assert run_lifecycle(app, app.library, now=clock()).transitions == []
     assert (app.library.root / "moved-back" / "SKILL.md").is_file()
 
 
 @pytest.mark.anyio
 async def test_first_pass_is_deferred_one_interval(app: App, clock: Clock) -> None:
     write(app, "imported")
-    with app.usage.transaction() as records:
+    with app.library.usage.transaction() as records:
         records["imported"]["created_at"] = format_timestamp(T0 - timedelta(days=365))
     assert app.state.get_meta(LAST_RUN_KEY) is None
 
-    first = await curate(app, now=clock())
-    assert first.deferred_until == T0 + timedelta(hours=24) and first.lifecycle is None
+    first = await curate(app, now=clock(), scheduled=True)
+    assert first.deferred_until == T0 + timedelta(hours=24) and first.lifecycle == []
     assert (app.library.root / "imported" / "SKILL.md").is_file()
     assert app.state.get_meta(LAST_RUN_KEY) == T0.isoformat(timespec="seconds")
     assert curator_events(app) == []
 
     clock.advance(hours=24)
-    second = await curate(app, now=clock())
-    assert second.lifecycle is not None
-    assert [t.kind for t in second.lifecycle.transitions] == ["archived"]
+    second = await curate(app, now=clock(), scheduled=True)
+    assert [t.kind for t in second.lifecycle[0].transitions] == ["archived"]
+
+
+@pytest.mark.anyio
+async def test_a_persons_first_curate_acts_as_its_dry_run_said(app: App, clock: Clock) -> None:
+    write(app, "ancient")
+    with app.library.usage.transaction() as records:
+        records["ancient"]["created_at"] = format_timestamp(T0 - timedelta(days=365))
+    planned = await curate(app, now=clock(), dry_run=True)
+    assert [(t.kind, t.name) for t in planned.lifecycle[0].transitions] == [("archived", "ancient")]
+    done = await curate(app, now=clock())
+    assert done.deferred_until is None
+    assert [(t.kind, t.name) for t in done.lifecycle[0].transitions] == [("archived", "ancient")]
+    assert (app.library.root / ".archive" / "ancient" / "SKILL.md").is_file()
 
 
 @pytest.mark.anyio
@@ -361,13 +375,13 @@ async def test_dry_run_leaves_the_tree_byte_identical(tmp_path: Path, clock: Clo
             write(app, name)
         clock.advance(days=40)
         for name in ("to-archive", "to-stale"):  # active after the pass below; not to-reactivate
-            app.usage.bump(name, "use")
-        run_lifecycle(app, now=clock())
+            app.library.usage.bump(name, "use")
+        run_lifecycle(app, app.library, now=clock())
         assert state_of(app, "to-reactivate") == "stale"
         clock.advance(days=100)
-        app.usage.bump("to-reactivate", "use")
-        app.usage.flush()
-        with app.usage.transaction() as records:
+        app.library.usage.bump("to-reactivate", "use")
+        app.library.usage.flush()
+        with app.library.usage.transaction() as records:
             records["to-stale"]["last_used_at"] = format_timestamp(clock() - timedelta(days=45))
         events_before = len(app.state.events())
         meta_before = app.state.get_meta(DISABLED_KEY)
@@ -379,15 +393,14 @@ async def test_dry_run_leaves_the_tree_byte_identical(tmp_path: Path, clock: Clo
         assert len(app.state.events()) == events_before
         assert app.state.get_meta(LAST_RUN_KEY) is None
         assert app.state.get_meta(DISABLED_KEY) == meta_before
-        assert run.lifecycle is not None
-        planned = {(t.kind, t.name) for t in run.lifecycle.transitions}
+        planned = {(t.kind, t.name) for t in run.lifecycle[0].transitions}
         assert planned == {
             ("archived", "to-archive"),
             ("stale", "to-stale"),
             ("reactivated", "to-reactivate"),
         }
-        assert run.lifecycle.disabled == ["to-stale"]
-        assert run.lifecycle.enabled == ["to-reactivate"]
+        assert run.lifecycle[0].disabled == ["to-stale"]
+        assert run.lifecycle[0].enabled == ["to-reactivate"]
 
 
 @pytest.mark.parametrize("dialect", ["dsh", "claude"])
@@ -397,23 +410,25 @@ def test_disable_stale_round_trip(tmp_path: Path, clock: Clock, dialect: str) ->
         write(app, "rare-task")
         path = app.library.root / "rare-task" / "SKILL.md"
         clock.advance(days=31)
-        report = run_lifecycle(app, now=clock())
+        report = run_lifecycle(app, app.library, now=clock())
         assert report.disabled == ["rare-task"] and state_of(app, "rare-task") == "stale"
         assert "disable-model-invocation: true" in path.read_text()
         entry = app.library.get("rare-task")
         assert entry is not None and entry.owner == "managed"
         assert entry.doc is not None and entry.doc.disable_model_invocation
-        usage = app.usage.get("rare-task")
+        usage = app.library.usage.get("rare-task")
         assert usage is not None and usage["patch_count"] == 0 and usage["last_patched_at"] is None
         assert app.state.get_meta(DISABLED_KEY) == ["rare-task"]
         updated = app.state.events(kinds=("updated",))[-1]
         assert updated.source == "curator" and updated.skill == "rare-task"
 
         clock.advance(days=1)
-        assert run_lifecycle(app, now=clock()).transitions == []  # the rewrite was no activity
+        assert (
+            run_lifecycle(app, app.library, now=clock()).transitions == []
+        )  # the rewrite was no activity
 
-        app.usage.bump("rare-task", "use")
-        report = run_lifecycle(app, now=clock())
+        app.library.usage.bump("rare-task", "use")
+        report = run_lifecycle(app, app.library, now=clock())
         assert [t.kind for t in report.transitions] == ["reactivated"]
         assert report.enabled == ["rare-task"]
         assert "disable-model-invocation" not in path.read_text()
@@ -429,9 +444,9 @@ def test_a_hidden_skill_is_archived_shown_so_a_restore_brings_it_back_usable(
     with clocked_app(make_config(tmp_path, disable_stale=True), clock) as app:
         write(app, "seldom")
         clock.advance(days=31)
-        run_lifecycle(app, now=clock())
+        run_lifecycle(app, app.library, now=clock())
         clock.advance(days=60)
-        report = run_lifecycle(app, now=clock())
+        report = run_lifecycle(app, app.library, now=clock())
         assert report.enabled == ["seldom"] and [t.kind for t in report.transitions] == ["archived"]
         restored = app.library.restore("seldom", ME)
         assert "disable-model-invocation" not in restored.read_text()
@@ -444,7 +459,7 @@ def test_agentskills_dialect_is_never_rewritten(tmp_path: Path, clock: Clock) ->
         write(app, "plain")
         before = (app.library.root / "plain" / "SKILL.md").read_bytes()
         clock.advance(days=31)
-        report = run_lifecycle(app, now=clock())
+        report = run_lifecycle(app, app.library, now=clock())
         assert [t.kind for t in report.transitions] == ["stale"] and report.disabled == []
         assert (app.library.root / "plain" / "SKILL.md").read_bytes() == before
 
@@ -494,7 +509,7 @@ def test_cli_curate_marks_stale_and_skills_list_shows_it(workspace: Workspace) -
     with open_app(load_config(workspace.write_config())) as app:
         for name in ("old-one", "new-one"):
             write(app, name)
-        with app.usage.transaction() as records:
+        with app.library.usage.transaction() as records:
             records["old-one"]["created_at"] = format_timestamp(now - timedelta(days=45))
         app.state.set_meta(LAST_RUN_KEY, (now - timedelta(days=2)).isoformat(timespec="seconds"))
 
@@ -504,7 +519,7 @@ def test_cli_curate_marks_stale_and_skills_list_shows_it(workspace: Workspace) -
     result = workspace.cli("curate", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert [(t["kind"], t["name"]) for t in report["lifecycle"]["transitions"]] == [
+    assert [(t["kind"], t["name"]) for t in report["lifecycle"][0]["transitions"]] == [
         ("stale", "old-one")
     ]
     listing = workspace.cli("skills", "list", "--json")

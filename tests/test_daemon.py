@@ -268,7 +268,7 @@ def test_sighup_reloads_the_config(workspace: Workspace, fake_llm: FakeLLM) -> N
         time.sleep(1.5)  # the reload happens between ticks; give it one interval
         workspace.add_session("after", conversation("after"))
         fake_llm.push(skill_reply("after-reload"))
-        staged = workspace.state / "pending" / "after-reload.json"
+        staged = workspace.state / "pending" / "default" / "after-reload.json"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not staged.exists():
             time.sleep(0.1)

@@ -114,7 +114,7 @@ def test_good_installation_passes(served: Workspace, fake_llm: FakeLLM) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines(result, "config") == [f"ok {served.config_path}"]
     assert lines(result, "source") == [f"ok jsonl {served.sessions}: readable, 1 session file"]
-    assert lines(result, "skills") == [f"ok {served.skills}: writable, flock works"]
+    assert lines(result, "library") == [f"ok default {served.skills} (dsh): writable, flock works"]
     assert lines(result, "state")[0].startswith(f"ok {served.state / 'state.db'} opens")
     assert lines(result, "llm") == [
         "ok $SKILLD_TEST_KEY is set",
@@ -212,7 +212,9 @@ def test_skills_path_that_is_a_file_fails(healthy: Workspace) -> None:
     healthy.skills.write_text("not a directory")
     result = doctor_process(healthy, "--no-llm")
     assert result.returncode == 1
-    assert lines(result, "skills") == [f"fail {healthy.skills}: exists but is not a directory"]
+    assert lines(result, "library") == [
+        f"fail default {healthy.skills} (dsh): exists but is not a directory"
+    ]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
@@ -223,7 +225,9 @@ def test_read_only_skills_dir_fails(healthy: Workspace, run_cli: Run) -> None:
     finally:
         healthy.skills.chmod(0o700)
     assert result.returncode == 1
-    assert lines(result, "skills")[0].startswith(f"fail {healthy.skills}: not writable")
+    assert lines(result, "library")[0].startswith(
+        f"fail default {healthy.skills} (dsh): not writable"
+    )
 
 
 def test_skills_dir_is_created_when_missing(healthy: Workspace, run_cli: Run) -> None:
@@ -237,8 +241,8 @@ def test_corrupt_usage_sidecar_is_a_warning(healthy: Workspace, run_cli: Run) ->
     (healthy.skills / ".usage.json").write_text("{not json")
     result = doctor(run_cli, "--no-llm")
     assert result.returncode == 0
-    assert lines(result, "skills")[1].startswith("warn ")
-    assert "corrupt" in lines(result, "skills")[1]
+    assert lines(result, "library")[1].startswith("warn ")
+    assert "corrupt" in lines(result, "library")[1]
 
 
 def test_state_dir_that_is_a_file_fails(healthy: Workspace, run_cli: Run) -> None:

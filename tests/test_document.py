@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 import pytest
@@ -17,7 +16,6 @@ from skilld.skills.document import (
     InvalidSkill,
     SkillDoc,
     SkillParseError,
-    content_hash,
     neutralise_shell_injection,
     parse_skill,
     render_skill,
@@ -626,13 +624,3 @@ def test_skill_doc_mappings_are_read_only_copies() -> None:
         doc.metadata["version"] = "3"  # type: ignore[index]
     assert doc == _doc(metadata={"version": "1"})
     assert hash(doc) == hash(_doc(metadata={"version": "1"}))
-
-
-def test_content_hash_is_sha256_of_utf8() -> None:
-    assert content_hash("abc") == (
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    )
-    assert content_hash("é漢") == hashlib.sha256("é漢".encode()).hexdigest()
-    rendered = render_skill(_doc(), "dsh")
-    assert content_hash(rendered) == content_hash(render_skill(_doc(), "dsh"))
-    assert content_hash(rendered) != content_hash(render_skill(_doc(), "claude"))

@@ -12,8 +12,10 @@ import pytest
 
 from skilld.app import App, open_app
 from skilld.config import build_config
-from skilld.evolve.supervisor import Evolver, configured_sources
+from skilld.evolve.supervisor import Evolver
+from skilld.evolve.wiring import bind_sources
 from skilld.llm import LLMClient, LLMSettings
+from skilld.skills.library import Origin
 from tests.conftest import conversation
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
 
@@ -39,6 +41,8 @@ class Loop:
     async def tick(self) -> dict[str, int]:
         report = await self.evolver.tick()
         return dict(report.outcomes)
+
+    evolver_origin = Origin(source="cli")
 
     def kinds(self) -> list[str]:
         return [event.kind for event in self.app.state.events()]
@@ -87,7 +91,7 @@ async def loop(
     )
     with open_app(config, prepare=True) as app:
         async with LLMClient(settings) as client:
-            evolver = Evolver(app, client, configured_sources(config), clock=clock)
+            evolver = Evolver(app, client, bind_sources(config, app.routing), clock=clock)
             yield Loop(app, evolver, fake_llm, clock, tmp_path / "sessions")
 
 
@@ -190,11 +194,12 @@ async def test_hung_server_gives_error_and_window_is_retried_later(loop: Loop) -
     )
     loop.add("s1", conversation())
     loop.llm.push(Reply(hang_seconds=2, body=completion("{}")))
-    assert await loop.tick() == {"error": 1}
+    # A timeout is the service's fault, not the window's: an error event, no attempt spent.
+    assert await loop.tick() == {}
     event = loop.app.state.events(kinds=("error",))[0]
-    assert event.detail["kind"] == "timeout"
+    assert event.detail["kind"] == "timeout" and event.session is None
     session = loop.app.state.session("jsonl:s1")
-    assert session is not None and session.pending and session.attempts == 1
+    assert session is not None and session.held.count and session.attempts == 0
     loop.llm.push(skill_reply("after-the-hang"))
     assert await loop.tick() == {"created": 1}
     await loop.evolver.llm.aclose()
@@ -242,14 +247,26 @@ async def test_cap_refuses_creation_defers_and_updates_still_land(loop: Loop) ->
     loop.llm.push(skill_reply("second-skill", description="Something else entirely."))
     assert await loop.tick() == {"cap": 1}
     assert not (loop.app.config.skills.dir / "second-skill").exists()
-    held = loop.app.state.session("jsonl:s2")
-    assert held is not None and held.pending and held.hold == "cap"
+    # The answer is kept and the session goes on: its window is not asked about again.
+    session = loop.app.state.session("jsonl:s2")
+    assert session is not None and session.held.count == 0
+    (kept,) = loop.app.state.kept_proposals()
+    assert (kept.status, kept.body["name"]) == ("cap", "second-skill")
     calls = len(loop.llm.requests)
-    assert await loop.tick() == {}  # held: no call while still at the cap
+    assert await loop.tick() == {}
     assert len(loop.llm.requests) == calls
     loop.add("s3", conversation("three"))
-    loop.llm.push(skill_reply("first-skill", content="1. Better steps.\n"))
+    loop.llm.push(
+        skill_reply("first-skill", content="1. Better steps.\n"),
+        skill_reply("first-skill", content="1. Run `make test`.\n2. Better steps.\n"),  # merge
+    )
     assert await loop.tick() == {"updated": 1}
+    # Room appears: the kept proposal is written without a new call.
+    loop.app.library.delete("first-skill", loop.evolver_origin)
+    calls = len(loop.llm.requests)
+    assert await loop.tick() == {"created": 1}
+    assert len(loop.llm.requests) == calls
+    assert loop.app.state.kept_proposals() == []
 
 
 async def test_hand_written_skill_is_protected(loop: Loop) -> None:
@@ -262,7 +279,7 @@ async def test_hand_written_skill_is_protected(loop: Loop) -> None:
     assert await loop.tick() == {"protected": 1}
     assert (folder / "SKILL.md").read_text() == original
     session = loop.app.state.session("jsonl:s1")
-    assert session is not None and not session.pending
+    assert session is not None and not session.held.count
 
 
 async def test_download_and_execute_is_held_for_review(loop: Loop) -> None:
@@ -272,7 +289,7 @@ async def test_download_and_execute_is_held_for_review(loop: Loop) -> None:
     )
     assert await loop.tick() == {"staged": 1}
     assert not (loop.app.config.skills.dir / "installer").exists()
-    staged = loop.app.config.state.dir / "pending" / "installer.json"
+    staged = loop.app.config.state.dir / "pending" / "default" / "installer.json"
     assert staged.exists()
     event = loop.app.state.events(kinds=("staged",))[0]
     assert "download" in (event.reason or "")
@@ -286,10 +303,9 @@ async def test_review_mode_stages_then_approve_writes(loop: Loop) -> None:
     loop.llm.push(skill_reply("reviewed"))
     assert await loop.tick() == {"staged": 1}
     queue = ReviewQueue(loop.app.config.state.dir / "pending")
-    assert [item.name for item in queue.list()] == ["reviewed"]
-    result = queue.approve("reviewed", loop.app.library)
-    assert result.outcome == "created"
-    assert queue.list() == []
+    ((_, item),) = queue.list()
+    assert (item.name, item.library) == ("reviewed", "default")
+    assert loop.app.library.apply(item.doc(), loop.evolver_origin).kind == "created"
 
 
 async def test_near_duplicate_updates_the_closest_skill(loop: Loop) -> None:
@@ -300,8 +316,13 @@ async def test_near_duplicate_updates_the_closest_skill(loop: Loop) -> None:
     loop.add("s2", conversation("two"))
     loop.llm.push(skill_reply("run-tests", content=body + "4. Commit.\n",
                               description="Run the test suite."))  # fmt: skip
+    loop.llm.push(skill_reply("run-the-tests", content=body + "4. Commit.\n"))  # the merge
     assert await loop.tick() == {"updated": 1}
     assert not (loop.app.config.skills.dir / "run-tests").exists()
+    # The guard never writes the proposal over the matched skill: it asks for a merge, which
+    # shows the model the current body.
+    merge = loop.llm.requests[-1]["messages"][1]["content"]
+    assert "The skill's current text" in merge and "3. Fix and rerun." in merge
     event = loop.app.state.events(kinds=("updated",))[0]
     assert event.skill == "run-the-tests" and event.detail["near_duplicate_of"] == "run-the-tests"
 
@@ -327,5 +348,5 @@ async def test_usage_inferred_from_transcripts(loop: Loop) -> None:
     }
     loop.add("s2", [{"role": "user", "content": "deploy"}, read_call])
     await loop.tick()
-    record = loop.app.usage.get("deploy-steps")
+    record = loop.app.library.usage.get("deploy-steps")
     assert record is not None and record["use_count"] == 1

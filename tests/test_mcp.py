@@ -110,7 +110,7 @@ async def test_every_tool_round_trips_through_a_real_session(workspace: Workspac
             capped = await session.call_tool(
                 "skill_write", {"name": "third", "description": "Three.", "content": "3."}
             )
-            assert capped.is_error and "cap of 2" in text_of(capped)
+            assert capped.is_error and "cap of 2 managed skills" in text_of(capped)
 
             deleted = structured(await session.call_tool("skill_delete", {"name": "second"}))
             assert deleted["deleted"] == "second"

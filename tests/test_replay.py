@@ -78,6 +78,8 @@ def test_replay_writes_only_under_out_and_reports_what_the_server_received(
 
     def by_window(request: dict[str, Any]) -> Reply:
         window = window_of(request)
+        if "The skill's current text" in window:  # the merge into the managed skill
+            return proposal("run-make-test", "1. Run `make lint` first.\n2. Then `make test`.\n")
         if "the build" in window:
             return skip_reply()
         if "the docs" in window:
@@ -111,11 +113,12 @@ def test_replay_writes_only_under_out_and_reports_what_the_server_received(
         "created",
         "updated",  # the managed skill, seen as skilld's own in the sandbox
     ]
-    assert rows["jsonl:s4-lint"]["calls"] == 2  # the repair request counts
+    # The repair request counts, and so does the merge into the skill's current text.
+    assert (rows["jsonl:s4-lint"]["calls"], rows["jsonl:s4-lint"]["merge_calls"]) == (3, 1)
     for session in ("jsonl:s1-build", "jsonl:s2-docs"):
         assert rows[session]["prompt_tokens"] == 100 and rows[session]["completion_tokens"] == 50
         assert rows[session]["estimated"] is False
-    assert rows["jsonl:s4-lint"]["prompt_tokens"] == 200
+    assert rows["jsonl:s4-lint"]["prompt_tokens"] == 300
     deploy_row = rows["jsonl:s3-deploy"]
     assert deploy_row["estimated"] is True  # the server sent no usage
     deploy_request = next(r for r in requests if "the deploy" in window_of(r))
@@ -124,7 +127,7 @@ def test_replay_writes_only_under_out_and_reports_what_the_server_received(
 
     totals = report["totals"]
     assert totals["windows"] == 4
-    assert totals["calls"] == len(requests) == 5
+    assert totals["calls"] == len(requests) == 6 and totals["merge_calls"] == 1
     assert totals["prompt_tokens"] == sum(row["prompt_tokens"] for row in rows.values())
     assert totals["completion_tokens"] == sum(row["completion_tokens"] for row in rows.values())
     assert totals["estimated"] is True
@@ -133,22 +136,22 @@ def test_replay_writes_only_under_out_and_reports_what_the_server_received(
     assert totals["redactions"] >= 1 and SECRET not in fake_llm.all_request_text
 
     # The proposals are under --out, beside copies of the real skills.
-    created = out / "skills" / "deploy-steps" / "SKILL.md"
-    updated = out / "skills" / "run-make-test" / "SKILL.md"
+    created = out / "skills" / "default" / "deploy-steps" / "SKILL.md"
+    updated = out / "skills" / "default" / "run-make-test" / "SKILL.md"
     assert deploy_row["path"] == str(created) and created.is_file()
     assert rows["jsonl:s4-lint"]["path"] == str(updated)
     assert "make lint" in updated.read_text(encoding="utf-8")
     assert "make lint" not in (workspace.skills / "run-make-test" / "SKILL.md").read_text()
     assert not (workspace.skills / "deploy-steps").exists()
-    assert (out / "skills" / "mine" / "SKILL.md").read_bytes() == mine.read_bytes()
+    assert (out / "skills" / "default" / "mine" / "SKILL.md").read_bytes() == mine.read_bytes()
     assert report["seeded_skills"] == 2
 
     # The same run as text: one line per window, then the totals.
     code, _, text = replay(workspace, "--out", str(tmp_path / "again"))
     assert code == 0, text
-    assert f"proposals in   {tmp_path / 'again'}/skills" in text
+    assert f"proposals in   {tmp_path / 'again'}/skills/<library>" in text
     assert "jsonl:s3-deploy" in text and "deploy-steps" in text
-    assert "total: 4 windows, 5 calls" in text
+    assert "total: 4 windows, 6 calls (1 to merge into existing skills)" in text
     assert "skills: created 1, updated 1, skipped 1, invalid 0, protected 1" in text
     assert tree_digest(workspace.skills) == skills_before
     assert tree_digest(workspace.state) == state_before
@@ -251,7 +254,8 @@ def test_an_unreachable_llm_is_reported_and_exits_1(workspace: Workspace, tmp_pa
     workspace.add_session("s1", conversation())
     code, report, output = replay(workspace, "--json", "--out", str(tmp_path / "out"))
     assert code == 1, output
-    [row] = report["windows"]
-    assert row["outcome"] == "error" and row["calls"] == 0
-    assert report["totals"]["error"] == 1 and report["totals"]["created"] == 0
+    # An outage is not the window's fault: the window is reported as not sent, with why.
+    assert report["windows"] == [] and report["totals"]["not_sent"] == 1
+    assert "the LLM could not answer: transport" in report["stopped"]
+    assert report["totals"]["created"] == 0
     assert not workspace.state.exists()

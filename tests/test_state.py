@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from skilld.state import SCHEMA_VERSION, DaemonLock, SessionState, StateDB, StateError
+from skilld.errors import StateError
+from skilld.state import _V1, SCHEMA_VERSION, DaemonLock, Held, SessionState, StateDB
 
 
 def test_schema_version_and_wal(tmp_path: Path) -> None:
@@ -61,15 +62,17 @@ def test_transaction_rolls_back_everything(tmp_path: Path) -> None:
 
 def test_sessions_roundtrip_and_forgetting(tmp_path: Path) -> None:
     with StateDB(tmp_path / "state.db") as db:
-        pending = SessionState("jsonl:a", "src", {"offset": 5}, 0, [{"role": "user", "text": "hi"}],
-                               None, 0, None, 1.0)  # fmt: skip
-        idle = SessionState("jsonl:b", "src", {"offset": 9}, 3, [], 5.0, 0, None, 2.0)
+        held = Held(start=0, count=1, chars=2, conversational=1, last_append_at=1.0)
+        pending = SessionState("jsonl:a", "src", {"offset": 5}, held, None, 0, None, 1.0, "/w")
+        idle = SessionState("jsonl:b", "src", {"offset": 9}, Held(start=3), 5.0, 0, None, 2.0)
         db.save_session(pending)
+        db.append_held("jsonl:a", 0, [{"role": "user", "text": "hi"}])
         db.save_session(idle)
         assert db.cursors("src") == {"jsonl:a": {"offset": 5}, "jsonl:b": {"offset": 9}}
         assert db.sessions_with_pending() == ["jsonl:a"]
         loaded = db.session("jsonl:a")
-        assert loaded is not None and loaded.pending == [{"role": "user", "text": "hi"}]
+        assert loaded is not None and loaded.held == held and loaded.cwd == "/w"
+        assert db.held_messages("jsonl:a", 0, 1) == [{"role": "user", "text": "hi"}]
         # Neither is seen any more: the idle one is forgotten, the pending one is kept.
         assert db.forget_sessions("src", {"jsonl:a", "jsonl:b"}) == ["jsonl:b"]
         assert db.session("jsonl:b") is None
@@ -79,13 +82,62 @@ def test_sessions_roundtrip_and_forgetting(tmp_path: Path) -> None:
 
 def test_provenance_keeps_previous_hash(tmp_path: Path) -> None:
     with StateDB(tmp_path / "state.db") as db:
-        db.put_provenance("a", path="/x", sha256="h1", session="s", model="m")
-        db.put_provenance("a", path="/x", sha256="h2", prev_sha256="h1")
-        record = db.provenance("a")
+        db.put_provenance("lib", "a", path="/x", sha256="h1", session="s", model="m")
+        db.put_provenance("lib", "a", path="/x", sha256="h2", prev_sha256="h1")
+        record = db.provenance("lib", "a")
         assert record is not None
         assert (record.sha256, record.prev_sha256, record.session, record.model) == (
             "h2", "h1", "s", "m",
         )  # fmt: skip
+        assert db.provenance("other", "a") is None
+        # A later write settles only its own hash: an older commit never clears a newer one.
+        db.settle_provenance("lib", "a", "h1")
+        assert db.provenance("lib", "a").prev_sha256 == "h1"  # type: ignore[union-attr]
+        db.settle_provenance("lib", "a", "h2")
+        assert db.provenance("lib", "a").prev_sha256 is None  # type: ignore[union-attr]
+
+
+def test_a_failed_commit_leaves_no_transaction_open(tmp_path: Path) -> None:
+    with StateDB(tmp_path / "state.db") as db:
+        db.set_meta("k", 1)
+        # A deferred foreign-key check fails only at COMMIT: the commit itself raises.
+        db.conn.execute("PRAGMA foreign_keys = ON")
+        db.conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        db.conn.execute(
+            "CREATE TABLE child (id INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+        with pytest.raises(sqlite3.IntegrityError), db.transaction():
+            db.conn.execute("INSERT INTO child VALUES (1)")
+            db.set_meta("k", 2)
+        assert not db.conn.in_transaction
+        assert db.get_meta("k") == 1
+        with db.transaction():  # the connection is usable again
+            db.set_meta("k", 3)
+        assert db.get_meta("k") == 3
+
+
+def test_schema_1_is_migrated_with_its_held_messages_and_provenance(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_V1 + "PRAGMA user_version = 1;")
+    conn.execute(
+        "INSERT INTO sessions(key, source, cursor, reflected, pending, pending_count,"
+        " updated_at) VALUES ('jsonl:a', 'src', '{}', 4, ?, 2, 0)",
+        ('[{"role": "user", "text": "one"}, {"role": "assistant", "text": "two"}]',),
+    )
+    conn.execute(
+        "INSERT INTO provenance(name, path, sha256, created_at, updated_at)"
+        " VALUES ('fix', '/skills/fix/SKILL.md', 'h', 't', 't')"
+    )
+    conn.commit()
+    conn.close()
+    with StateDB(path) as db:
+        session = db.session("jsonl:a")
+        assert session is not None and session.held.start == 4 and session.held.count == 2
+        assert session.held.conversational == -1  # summarised from its rows on first use
+        assert [m["text"] for m in db.held_messages("jsonl:a", 4, 6)] == ["one", "two"]
+        assert db.adopt_provenance("default", Path("/skills")) == ["fix"]
+        assert db.provenance("default", "fix") is not None
 
 
 def test_one_daemon_per_state_dir_names_the_holder(tmp_path: Path) -> None:

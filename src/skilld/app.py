@@ -1,45 +1,155 @@
-"""Wiring: one place that opens state, usage and library from a Config."""
+"""Wiring: one place that opens the state and every library from a Config."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from skilld.config import Config
+from skilld.errors import UsageError
+from skilld.routing import PROJECT_MARK, LibrarySpec, Routing, project_library, resolve
 from skilld.skills.library import Library
 from skilld.skills.usage import UsageStore
 from skilld.state import StateDB
+
+#: An agent names its own library in the environment it starts skilld with.
+LIBRARY_ENV = "SKILLD_LIBRARY"
 
 
 @dataclass
 class App:
     config: Config
+    routing: Routing
     state: StateDB
-    usage: UsageStore
-    library: Library
+    #: The configured libraries by name (project libraries open on demand: `project`).
+    libraries: dict[str, Library]
+    #: Where project libraries live instead of inside their projects (`replay`'s sandbox).
+    project_home: Path | None = None
+    _projects: dict[str, Library] = field(default_factory=dict)
+
+    @property
+    def library(self) -> Library:
+        """The only library (a single-library configuration; tests and tools rely on it)."""
+        if len(self.libraries) != 1:
+            raise UsageError(
+                f"{len(self.libraries)} libraries are configured; name one with --library"
+            )
+        return next(iter(self.libraries.values()))
+
+    def open_library(self, spec: LibrarySpec) -> Library:
+        if spec.name in self.libraries:
+            return self.libraries[spec.name]
+        if spec.name not in self._projects:
+            self._projects[spec.name] = _library(self.config, self.state, spec)
+        return self._projects[spec.name]
+
+    def project(self, user: Library, root: Path) -> Library:
+        """`root`'s project library for the agent of `user`."""
+        spec = project_library(user.spec, root)
+        if self.project_home is not None:
+            spec = replace(spec, dir=self.project_home / spec.storage_key)
+        return self.open_library(spec)
+
+    def known_projects(self) -> list[Library]:
+        """Project libraries skilld has written into, whose user library is configured."""
+        found = []
+        for name in self.state.library_names():
+            user, mark, root = name.partition(PROJECT_MARK)
+            if mark and user in self.libraries and self.libraries[user].spec.project_dir:
+                found.append(self.project(self.libraries[user], Path(root)))
+        return found
+
+    def all_libraries(self) -> list[Library]:
+        return [*self.libraries.values(), *self.known_projects()]
+
+    def select(self, name: str | None = None, *, skill: str | None = None) -> Library:
+        """The library a command acts on: `name` (`--library`), else `$SKILLD_LIBRARY` (an
+        agent's hook or MCP entry names its own), else the one that holds `skill`, else the
+        only one. Raises UsageError listing the choices."""
+        name = name or os.environ.get(LIBRARY_ENV) or None
+        candidates = self.all_libraries()
+        if name is not None:
+            for library in candidates:
+                if library.name == name:
+                    return library
+            known = ", ".join(library.name for library in candidates) or "none"
+            raise UsageError(f"no library named {name!r} (known: {known})")
+        if len(self.libraries) == 1 and not skill:
+            return self.library
+        if skill is not None:
+            holding = [
+                library
+                for library in candidates
+                if library.entry(skill) is not None or skill in library.archived()
+            ]
+            if len(holding) == 1:
+                return holding[0]
+            if len(holding) > 1:
+                names = ", ".join(library.name for library in holding)
+                raise UsageError(f"{skill} is in several libraries ({names}); add --library NAME")
+            if len(self.libraries) == 1:
+                return self.library
+        known = ", ".join(library.name for library in candidates) or "none"
+        if not candidates:
+            raise UsageError("no library is configured and no agent was found on this machine")
+        raise UsageError(f"which library? add --library NAME (one of: {known})")
 
 
-@contextlib.contextmanager
-def open_app(config: Config, *, prepare: bool = False) -> Iterator[App]:
-    """Open the state and the library; `prepare` also creates dirs and removes stray temps."""
-    state = StateDB(config.state.dir / "state.db")
-
+def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
     def report_corrupt_usage(copy: Path, reason: str) -> None:
         state.add_event(
             "usage_corrupt",
+            library=spec.name,
             reason=reason,
-            detail={"copied_to": str(copy), "file": str(config.skills.dir / ".usage.json")},
+            detail={"copied_to": str(copy), "file": str(spec.dir / ".usage.json")},
         )
 
+    return Library(
+        spec,
+        state,
+        UsageStore(spec.dir, on_corrupt=report_corrupt_usage),
+        history_dir=config.state.dir / "history" / f"{PROJECT_MARK}{spec.storage_key}",
+        locks_dir=config.state.dir / "locks",
+    )
+
+
+def routing_of(config: Config) -> Routing:
+    """The libraries and routes of `config` on this machine. Raises ConfigError."""
+    from skilld.transcripts.registry import default_sources
+
+    return resolve(config, detected_sources=default_sources)
+
+
+@contextlib.contextmanager
+def open_app(
+    config: Config, *, prepare: bool = False, project_home: Path | None = None
+) -> Iterator[App]:
+    """Open the state and the libraries; `prepare` also creates dirs and removes stray temps."""
+    routing = routing_of(config)
+    state = StateDB(config.state.dir / "state.db")
     try:
-        if prepare:
-            config.skills.dir.mkdir(parents=True, exist_ok=True)
-        usage = UsageStore(config.skills.dir, on_corrupt=report_corrupt_usage)
-        library = Library.from_config(config, state, usage)
-        if prepare:
-            library.prepare()
-        yield App(config, state, usage, library)
+        libraries = {
+            name: _library(config, state, spec) for name, spec in routing.libraries.items()
+        }
+        for library in libraries.values():
+            _adopt_legacy(state, library, config.state.dir / "history")
+            if prepare:
+                library.root.mkdir(parents=True, exist_ok=True)
+                library.prepare()
+        yield App(config, routing, state, libraries, project_home)
     finally:
         state.close()
+
+
+def _adopt_legacy(state: StateDB, library: Library, history_root: Path) -> None:
+    """Skills skilld wrote before libraries existed belong to the library that holds them;
+    their saved versions move into that library's history."""
+    for name in state.adopt_provenance(library.name, library.root):
+        legacy = history_root / name
+        if legacy.is_dir() and not (library.history_dir / name).exists():
+            library.history_dir.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.replace(legacy, library.history_dir / name)

@@ -13,11 +13,10 @@ from collections.abc import Callable, Sequence
 from skilld import __version__
 from skilld.app import App, open_app
 from skilld.commands import curate, daemon, mcp, ops, replay, skills
-from skilld.commands.common import Failure, Parser, UsageError
-from skilld.config import Config, ConfigError, load_config
+from skilld.commands.common import Parser
+from skilld.config import Config, load_config
+from skilld.errors import ConfigError, SkilldError
 from skilld.log import configure_logging
-from skilld.skills.library import LibraryError
-from skilld.state import StateError
 
 COMMAND_MODULES = (daemon, skills, ops, replay, curate, mcp)
 
@@ -60,12 +59,12 @@ def run_handler(config: Config, args: argparse.Namespace) -> int:
     try:
         with open_app(config) as app:
             return handler(app, args)
-    except UsageError as exc:
+    except ConfigError as exc:
+        print(f"skilld: config error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SkilldError as exc:
         print(f"skilld: {exc}", file=sys.stderr)
-        return 2
-    except (Failure, LibraryError, StateError) as exc:
-        print(f"skilld: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except BrokenPipeError:
         return 0
     except OSError as exc:

@@ -18,18 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from skilld.errors import ConfigError
+
 Origin = Literal["default", "file", "env"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with the dotted key it concerns (if any)."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        self.key = key
-        super().__init__(f"{key}: {message}" if key else message)
 
 
 def parse_duration(text: str) -> float:
@@ -46,7 +40,15 @@ def _home_dir(env_var: str, fallback: str) -> Path:
 
 
 def default_skills_dir() -> Path:
-    return _home_dir("DSH_HOME", ".dsh") / "skills"
+    return dsh_home() / "skills"
+
+
+def dsh_home() -> Path:
+    return _home_dir("DSH_HOME", ".dsh")
+
+
+def hermes_home() -> Path:
+    return _home_dir("HERMES_HOME", ".hermes")
 
 
 def default_state_dir() -> Path:
@@ -75,6 +77,47 @@ class SkillsConfig:
     name_prefix: str = ""
     max_content_chars: int = field(default=20000, metadata=_check(_positive))
     history_keep: int = field(default=10, metadata=_check(_non_negative))
+    #: A git URL or path: the single library is a work tree of this team repository.
+    remote: str = ""
+    branch: str = "main"
+
+
+@dataclass(frozen=True)
+class LibraryConfig:
+    """One `[[libraries]]` table; unset keys come from the agent's defaults or `[skills]`."""
+
+    name: str
+    dir: Path | None = None
+    dialect: Literal["dsh", "claude", "agentskills"] | None = None
+    layout: Literal["dir", "flat"] | None = None
+    max_managed: int | None = field(default=None, metadata=_check(_non_negative))
+    name_prefix: str | None = None
+    #: Where a project keeps this agent's skills, relative to the project root ("" = none).
+    project_dir: str | None = None
+    remote: str | None = None
+    branch: str = "main"
+
+    def __post_init__(self) -> None:
+        if not _LIBRARY_NAME.fullmatch(self.name):
+            raise ConfigError(
+                f"must be kebab-case (a-z, 0-9, single hyphens), got {self.name!r}",
+                "libraries.name",
+            )
+        if self.project_dir:
+            check_project_dir(self.project_dir, "libraries.project_dir")
+        if not self.branch.strip() or any(c.isspace() for c in self.branch):
+            raise ConfigError(f"not a branch name: {self.branch!r}", "libraries.branch")
+
+
+_LIBRARY_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+def check_project_dir(value: str, key: str) -> str:
+    """A relative path inside a project: no `..`, not absolute."""
+    parts = Path(value).parts
+    if Path(value).is_absolute() or not parts or ".." in parts or "\x00" in value:
+        raise ConfigError(f"must be a relative path inside the project, got {value!r}", key)
+    return value
 
 
 @dataclass(frozen=True)
@@ -88,6 +131,8 @@ class SourceConfig:
     path: Path | None = None
     glob: str = ""
     include_subagents: bool = False
+    #: The library this source learns into (a `[[libraries]]` name); default: its agent's.
+    library: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,17 @@ class EvolveConfig:
     publish: Literal["auto", "review"] = "auto"
     backfill: str = "24h"
     similarity_threshold: float = 0.85
+    #: A turn still unfinished after this long without new messages is reflected as it is
+    #: (the agent crashed or was killed mid-turn and will never finish it).
+    turn_timeout_seconds: float = field(default=1800, metadata=_check(_positive))
+    #: "user": every skill goes to the user library; "auto": the model may mark a skill as
+    #: belonging to the session's project.
+    scope: Literal["user", "auto"] = "user"
+    #: Project roots (globs) whose project skills dir skilld may create and write into.
+    projects: tuple[Path, ...] = ()
+    #: The user's own instructions to the reflecting model (house style, never capture ...).
+    guidance: str = ""
+    guidance_file: Path | None = None
 
     def __post_init__(self) -> None:
         if self.backfill not in ("none", "all"):
@@ -111,6 +167,24 @@ class EvolveConfig:
                 raise ConfigError(f"{exc}; or use 'none' or 'all'", "evolve.backfill") from None
         if not 0 < self.similarity_threshold <= 1:
             raise ConfigError("must be in (0, 1]", "evolve.similarity_threshold")
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """Team libraries shared over git (a library with `remote`)."""
+
+    interval_seconds: float = field(default=300, metadata=_check(_positive))
+    #: This machine's stable id in the team; default: the hostname.
+    host: str = ""
+
+    def __post_init__(self) -> None:
+        if self.host and not _HOST_NAME.fullmatch(self.host):
+            raise ConfigError(
+                f"must be letters, digits, '.', '_' or '-', got {self.host!r}", "sync.host"
+            )
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -157,6 +231,8 @@ class Config:
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     state: StateConfig = field(default_factory=StateConfig)
     sources: tuple[SourceConfig, ...] = ()
+    libraries: tuple[LibraryConfig, ...] = ()
+    sync: SyncConfig = field(default_factory=SyncConfig)
     evolve: EvolveConfig = field(default_factory=EvolveConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     curator: CuratorConfig = field(default_factory=CuratorConfig)
@@ -170,11 +246,16 @@ class Config:
 SECTIONS: dict[str, type] = {
     "skills": SkillsConfig,
     "state": StateConfig,
+    "sync": SyncConfig,
     "evolve": EvolveConfig,
     "llm": LLMConfig,
     "curator": CuratorConfig,
     "log": LogConfig,
 }
+
+
+#: Arrays of tables: `[[sources]]`, `[[libraries]]`.
+ARRAYS: dict[str, type] = {"sources": SourceConfig, "libraries": LibraryConfig}
 
 
 def config_path_from_env(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -219,7 +300,7 @@ def build_config(
     environ = {} if environ is None else environ
     base = path.parent.resolve() if path is not None else Path.cwd()
     origins: dict[str, Origin] = {}
-    known = {*SECTIONS, "sources"}
+    known = {*SECTIONS, *ARRAYS}
     for name in raw:
         if name not in known:
             raise ConfigError(f"unknown section (known: {', '.join(sorted(known))})", name)
@@ -234,14 +315,19 @@ def build_config(
             cls, name, table, env_values.get(name, {}), base=base, origins=origins
         )
 
-    raw_sources = raw.get("sources", [])
-    if not isinstance(raw_sources, list):
-        raise ConfigError("must be an array of tables ([[sources]])", "sources")
-    sources = tuple(
-        _build_section(SourceConfig, f"sources[{i}]", table, {}, base=base, origins=origins)
-        for i, table in enumerate(raw_sources)
-    )
-    return Config(**sections, sources=sources, path=path, origins=origins)
+    arrays: dict[str, tuple[Any, ...]] = {}
+    for name, cls in ARRAYS.items():
+        tables = raw.get(name, [])
+        if not isinstance(tables, list):
+            raise ConfigError(f"must be an array of tables ([[{name}]])", name)
+        arrays[name] = tuple(
+            _build_section(cls, f"{name}[{i}]", table, {}, base=base, origins=origins)
+            for i, table in enumerate(tables)
+        )
+    names = [library.name for library in arrays["libraries"]]
+    if duplicated := sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigError(f"names must be unique ({', '.join(duplicated)} repeats)", "libraries")
+    return Config(**sections, **arrays, path=path, origins=origins)
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -295,6 +381,12 @@ def _build_section(
         return cls(**values)
     except TypeError as exc:
         raise ConfigError(str(exc), section) from None
+    except ConfigError as exc:
+        # A table's own check names its key by section ("libraries.name"); in an array the
+        # table's index says which one ("libraries[1].name").
+        if exc.key and not exc.key.startswith(f"{section}."):
+            raise ConfigError(exc.message, f"{section}.{exc.key.partition('.')[2]}") from None
+        raise
 
 
 def _from_env(text: str, hint: Any, key: str) -> Any:

@@ -21,7 +21,9 @@ from anyio.abc import TaskStatus
 
 from skilld.app import App, open_app
 from skilld.config import Config, ConfigError
-from skilld.evolve.supervisor import Evolver, TickReport, configured_sources, llm_settings
+from skilld.evolve.report import TickReport
+from skilld.evolve.supervisor import SPEND_KEY, Evolver
+from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
 from skilld.log import configure_logging, get_logger
 from skilld.notify import Notifier
@@ -39,10 +41,13 @@ class DaemonResult:
 
 def summary_line(report: TickReport, app: App) -> str:
     outcomes = ", ".join(f"{k}={v}" for k, v in sorted(report.outcomes.items())) or "no windows"
-    managed = len(app.library.managed_names())
+    libraries = ", ".join(
+        f"{library.name} {len(library.managed_names())}/{library.max_managed}"
+        for library in app.libraries.values()
+    )
     return (
         f"tick {report.duration:.1f}s: {report.messages_read} new messages, {outcomes};"
-        f" {managed}/{app.config.skills.max_managed} managed skills"
+        f" managed skills: {libraries or 'no library'}"
     )
 
 
@@ -85,8 +90,9 @@ class Daemon:
                 await signal_group.start(self._watch_signals)
             while True:
                 with open_app(self.config, prepare=True) as app:
-                    async with LLMClient(llm_settings(self.config)) as llm:
-                        evolver = Evolver(app, llm, configured_sources(self.config))
+                    spent = app.state.get_meta(SPEND_KEY, [])
+                    async with LLMClient(llm_settings(self.config), spent=spent) as llm:
+                        evolver = Evolver(app, llm, bind_sources(self.config, app.routing))
                         async with anyio.create_task_group() as group:
                             if not once:
                                 group.start_soon(self._heartbeat, app)

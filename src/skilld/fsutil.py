@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 #: Temp files carry this marker so start-up can find and remove strays from a crash.
 TEMP_MARKER = ".skilld-tmp-"
+#: Files are created readable and writable by everyone the umask allows: a service unit's
+#: `UMask=0002` then gives the agent's group write access, as a person would expect.
+FILE_MODE = 0o666
+#: A temp file of a process that may still be writing it (in another pid namespace, say) is
+#: left alone for this long.
+STRAY_TEMP_SECONDS = 3600.0
+_TEMP_OWNER = re.compile(re.escape(TEMP_MARKER) + r"(\d+)-")
 
 
 class UnsafePath(ValueError):
@@ -33,11 +42,16 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
+def temp_name(name: str) -> str:
+    """A temp file name beside `name`, carrying the writer's pid (see `remove_stray_temps`)."""
+    return f".{name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def atomic_write(path: Path, data: bytes | str, *, mode: int = FILE_MODE) -> None:
     """Replace `path` with `data` atomically and durably."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     directory = path.parent
-    temp = directory / f".{path.name}{TEMP_MARKER}{secrets.token_hex(6)}"
+    temp = directory / temp_name(path.name)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -52,17 +66,44 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
     fsync_dir(directory)
 
 
-def remove_stray_temps(root: Path, *, depth: int = 2) -> list[Path]:
-    """Remove temp files a crash left behind, at most `depth` levels below `root`."""
+def remove_stray_temps(root: Path, *, depth: int = 2, now: float | None = None) -> list[Path]:
+    """Remove temp files a crash left behind, at most `depth` levels below `root`.
+
+    A CLI or MCP write may be in flight while the daemon starts or reloads: a temp file is
+    removed when the process that named it is gone, or when it is older than any write takes
+    (`STRAY_TEMP_SECONDS`; also for a writer in another pid namespace, or a reused pid).
+    """
     removed: list[Path] = []
     if not root.is_dir():
         return removed
+    now = time.time() if now is None else now
     for path in _walk(root, depth):
-        if is_temp_file(path.name) and not path.is_symlink() and path.is_file():
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed.append(path)
+        if not is_temp_file(path.name) or path.is_symlink() or not path.is_file():
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            young = now - path.stat().st_mtime < STRAY_TEMP_SECONDS
+            if young and not _writer_gone(path.name):
+                continue
+            path.unlink()
+            removed.append(path)
     return removed
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the process named in a temp file's name has exited (False when unknown)."""
+    match = _TEMP_OWNER.search(name)
+    if match is None:
+        return False
+    pid = int(match.group(1))
+    if pid == os.getpid():
+        return False  # a write of this very process may be in flight (a reload)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _walk(root: Path, depth: int) -> Iterator[Path]:

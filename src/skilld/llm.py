@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -288,9 +288,13 @@ class _CircuitBreaker:
 class _HourlyBudget:
     """Sliding one-hour window of HTTP attempts; a spend cap, not a rate smoother."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, spent: list[float] | None = None) -> None:
         self.limit = limit
-        self._attempt_times: deque[float] = deque()
+        self._attempt_times: deque[float] = deque(sorted(spent or ()))
+
+    def times(self, now: float) -> list[float]:
+        self.count(now)
+        return list(self._attempt_times)
 
     def count(self, now: float) -> int:
         while self._attempt_times and self._attempt_times[0] <= now - _HOUR_SECONDS:
@@ -317,7 +321,10 @@ class LLMClient:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rng: random.Random | None = None,
+        spent: Sequence[float] = (),
     ) -> None:
+        """`spent`: wall-clock times of the calls of the last hour (`spend_record()` of an
+        earlier client), so that the spend cap survives a reload or a restart."""
         url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError("LLM base_url must be an absolute http:// or https:// URL")
@@ -337,7 +344,10 @@ class LLMClient:
             follow_redirects=False,
         )
         self._in_flight = anyio.Semaphore(max(1, settings.max_concurrency))
-        self._budget = _HourlyBudget(settings.max_calls_per_hour)
+        now, wall = clock(), time.time()
+        self._budget = _HourlyBudget(
+            settings.max_calls_per_hour, [now - (wall - moment) for moment in spent]
+        )
         self._circuit = _CircuitBreaker(settings.circuit_failures, settings.circuit_reset_seconds)
         self._format_level: FormatLevel = (
             "json_schema" if settings.response_format == "auto" else settings.response_format
@@ -408,6 +418,11 @@ class LLMClient:
             "response_format": self._format_level,
             "response_format_confirmed": self._format_confirmed,
         }
+
+    def spend_record(self) -> list[float]:
+        """Wall-clock times of the calls counted against the spend cap (the last hour)."""
+        now, wall = self._clock(), time.time()
+        return [round(wall - (now - moment), 3) for moment in self._budget.times(now)]
 
     def _remember_failure(self, error: LLMError) -> None:
         if error.kind == "circuit_open":

@@ -1,13 +1,14 @@
 """`skilld mcp`: the skill library as MCP tools on stdio, for agents.
 
-Four tools, under the same ownership rules as the CLI (every change goes through `Library`,
+Four tools over one library (`skilld mcp --library NAME`, else `$SKILLD_LIBRARY`, else the
+only library), under the same ownership rules as the CLI (every change goes through `Library`,
 attributed to source `tool` in the event log): `skill_write`, `skill_delete`, `skill_list` and
 `skill_view`. A refusal (a human or pinned skill, a bad name, the cap) comes back as a tool
 error carrying the reason; it never ends the server.
 
 An agent writes skills from its own context, which can hold tool output with secrets in it:
 what `skill_write` receives is redacted like a learned skill, and new skills count against
-`skills.max_managed` like learned ones.
+the library's cap like learned ones.
 
 The `mcp` SDK (2.x) is an optional extra, imported only when the server is built.
 """
@@ -21,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 from skilld import __version__
 from skilld.app import open_app
 from skilld.config import Config
+from skilld.errors import SkilldError
 from skilld.redact import merge_counts, redact
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import LibraryError, Origin
+from skilld.skills.library import Library, Origin, Written
 from skilld.skills.usage import report_row
 
 if TYPE_CHECKING:
@@ -48,11 +50,12 @@ class Refused(Exception):
 
 
 class SkillTools:
-    """The tools as plain methods over the library; each call opens the state afresh, so the
+    """The tools as plain methods over one library; each call opens the state afresh, so the
     server sees what the daemon and the CLI changed in the meantime."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, library: str) -> None:
         self.config = config
+        self.library = library
 
     def write(
         self, name: str, description: str, content: str, when_to_use: str | None = None
@@ -63,32 +66,33 @@ class SkillTools:
         doc = SkillDoc(
             name=name, description=description, when_to_use=when_to_use or None, body=content
         )
-        with self._app() as app:
+        with self._library() as library:
             if counts:
-                app.state.add_event(
+                library.state.add_event(
                     "redacted",
+                    library=library.name,
                     skill=name,
                     source=TOOL.source,
                     detail={"counts": counts, "stage": "tool"},
                 )
-            result = app.library.write(doc, TOOL, cap=self.config.skills.max_managed)
+            result = library.apply(doc, TOOL)
         return {
-            "outcome": result.outcome,
+            "outcome": result.kind if isinstance(result, Written) else "unchanged",
             "name": result.name,
             "path": str(result.path),
             "redacted": counts,
         }
 
     def delete(self, name: str) -> dict[str, Any]:
-        with self._app() as app:
-            path = app.library.delete(name, TOOL)
-        return {"deleted": name, "path": str(path)}
+        with self._library() as library:
+            deleted = library.delete(name, TOOL)
+        return {"deleted": name, "path": str(deleted.path), "kept": list(deleted.kept)}
 
     def list(self) -> dict[str, Any]:
-        with self._app() as app:
-            records = app.usage.read()
+        with self._library() as library:
+            records = library.usage.read()
             skills = []
-            for entry in app.library.discover():
+            for entry in library.discover():
                 row = report_row(entry.name, records.get(entry.name) or {})
                 latest = row["latest_activity_at"]
                 skills.append(
@@ -112,31 +116,32 @@ class SkillTools:
         return {"skills": skills}
 
     def view(self, name: str) -> str:
-        with self._app() as app:
-            entry = app.library.get(name)
+        with self._library() as library:
+            entry = library.get(name)
             if entry is None:
                 raise Refused(f"no skill named {name}")
             if entry.error:  # e.g. a link out of the skills dir: never read through it
                 raise Refused(f"{entry.name} is broken: {entry.error}")
             text = entry.path.read_text(encoding="utf-8", errors="replace")
-            app.usage.bump(entry.name, "view")
-            app.usage.flush()
+            library.usage.bump(entry.name, "view")
+            library.usage.flush()
         return text
 
     @contextlib.contextmanager
-    def _app(self) -> Iterator[Any]:
+    def _library(self) -> Iterator[Library]:
         try:
             with open_app(self.config) as app:
-                yield app
-        except LibraryError as exc:
+                yield app.select(self.library)
+        except SkilldError as exc:
             raise Refused(str(exc)) from None
         except OSError as exc:
             where = f": {exc.filename}" if exc.filename else ""
             raise Refused(f"{exc.strerror or exc}{where}") from None
 
 
-def build_server(config: Config) -> MCPServer:
-    """The MCP server with the four tools. Raises MCPUnavailable without the `mcp` extra."""
+def build_server(config: Config, library: str) -> MCPServer:
+    """The MCP server with the four tools over `library`. Raises MCPUnavailable without the
+    `mcp` extra."""
     try:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
@@ -145,7 +150,7 @@ def build_server(config: Config) -> MCPServer:
             f"the MCP server needs the mcp package (>= 2): install skilld[mcp] ({exc})"
         ) from None
 
-    tools = SkillTools(config)
+    tools = SkillTools(config, library)
     server: MCPServer = MCPServer(
         name="skilld", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
@@ -188,6 +193,6 @@ def build_server(config: Config) -> MCPServer:
     return server
 
 
-def serve(config: Config) -> None:
+def serve(config: Config, library: str) -> None:
     """Run the server on stdin/stdout until the client closes it."""
-    build_server(config).run("stdio")
+    build_server(config, library).run("stdio")

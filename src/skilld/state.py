@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from skilld.errors import StateError
 from skilld.log import get_logger
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Event kinds (DESIGN.md §5.5 plus the library's own operations).
 EVENT_KINDS = frozenset(
@@ -55,12 +56,13 @@ EVENT_KINDS = frozenset(
         "reactivated",
         "merged",
         "consolidation_refused",
+        # team libraries
+        "conflict",
+        "synced",
     }
 )
 
-_MIGRATIONS: tuple[str, ...] = (
-    # version 1
-    """
+_V1 = """
     CREATE TABLE events (
         id      INTEGER PRIMARY KEY AUTOINCREMENT,
         ts      TEXT NOT NULL,
@@ -107,12 +109,76 @@ _MIGRATIONS: tuple[str, ...] = (
         key   TEXT PRIMARY KEY,
         value TEXT NOT NULL
     );
-    """,
-)
+"""
 
+# Version 2: libraries (provenance per library, events name theirs), held messages one row
+# each (an append costs what it adds, not the whole backlog), judged proposals kept until
+# written, and which sessions used which skill.
+_V2 = """
+    CREATE TABLE provenance_v2 (
+        library        TEXT NOT NULL,
+        name           TEXT NOT NULL,
+        path           TEXT NOT NULL,
+        sha256         TEXT NOT NULL,
+        prev_sha256    TEXT,
+        session        TEXT,
+        first_message  INTEGER,
+        last_message   INTEGER,
+        model          TEXT,
+        prompt_version TEXT,
+        created_at     TEXT NOT NULL,
+        updated_at     TEXT NOT NULL,
+        PRIMARY KEY (library, name)
+    );
+    INSERT INTO provenance_v2
+        SELECT '', name, path, sha256, prev_sha256, session, first_message, last_message,
+               model, prompt_version, created_at, updated_at
+        FROM provenance;
+    DROP TABLE provenance;
+    ALTER TABLE provenance_v2 RENAME TO provenance;
+    ALTER TABLE events ADD COLUMN library TEXT;
+    CREATE INDEX events_library ON events(library, id);
+    ALTER TABLE sessions ADD COLUMN cwd TEXT;
+    ALTER TABLE sessions ADD COLUMN last_append_at REAL;
+    ALTER TABLE sessions ADD COLUMN finished_end INTEGER;
+    ALTER TABLE sessions ADD COLUMN conversational INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN conversational_finished INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE pending (
+        session TEXT NOT NULL,
+        idx     INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (session, idx)
+    ) WITHOUT ROWID;
+    INSERT INTO pending
+        SELECT s.key, s.reflected + CAST(j.key AS INTEGER), j.value
+        FROM sessions AS s, json_each(s.pending) AS j;
+    -- -1: not summarised yet; the supervisor summarises such a session from its rows once.
+    UPDATE sessions SET pending = '[]', hold = NULL, last_append_at = updated_at,
+                        conversational = -1;
+    CREATE TABLE proposals (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        library       TEXT NOT NULL,
+        session       TEXT,
+        source        TEXT,
+        first_message INTEGER,
+        last_message  INTEGER,
+        body          TEXT NOT NULL,
+        status        TEXT NOT NULL,
+        note          TEXT,
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL
+    );
+    CREATE TABLE skill_uses (
+        library TEXT NOT NULL,
+        name    TEXT NOT NULL,
+        session TEXT NOT NULL,
+        uses    INTEGER NOT NULL,
+        last_at TEXT NOT NULL,
+        PRIMARY KEY (library, name, session)
+    ) WITHOUT ROWID;
+"""
 
-class StateError(RuntimeError):
-    """state.db cannot be used (newer schema, unreadable, locked by another daemon)."""
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
 def utc_now_iso(now: float | None = None) -> str:
@@ -130,12 +196,14 @@ class Event:
     source: str | None
     reason: str | None
     detail: dict[str, Any]
+    library: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "ts": self.ts,
             "kind": self.kind,
+            "library": self.library,
             "skill": self.skill,
             "session": self.session,
             "source": self.source,
@@ -146,6 +214,7 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Provenance:
+    library: str
     name: str
     path: str
     sha256: str
@@ -159,18 +228,53 @@ class Provenance:
     updated_at: str
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a session has read but not reflected, summarised so that the gates never decode
+    it: messages `start .. start + count` (absolute indexes in the session)."""
+
+    start: int = 0  # the watermark: messages before it were reflected
+    count: int = 0
+    chars: int = 0
+    #: Just after the last message that finishes a turn (absolute), or None.
+    finished_end: int | None = None
+    #: user + assistant messages held, and those before `finished_end`; -1: not summarised.
+    conversational: int = 0
+    conversational_finished: int = 0
+    last_append_at: float | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+
 @dataclass(slots=True)
 class SessionState:
     key: str
     source: str
     cursor: dict[str, Any]
-    reflected: int  # messages already reflected (the watermark)
-    pending: list[dict[str, Any]]  # messages read but not yet reflected, oldest first
+    held: Held
     last_reflect_at: float | None
     attempts: int
     label: str | None
     mtime: float | None
-    hold: str | None = None  # e.g. "cap": wait for room before reflecting again
+    cwd: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeptProposal:
+    """A judged proposal waiting to be written (room under the cap, a write fault fixed)."""
+
+    id: int
+    library: str
+    session: str | None
+    source: str | None
+    first_message: int | None
+    last_message: int | None
+    body: dict[str, Any]
+    status: str  # "new", "cap", "failed"
+    note: str | None
+    created_at: float
 
 
 class StateDB:
@@ -222,7 +326,11 @@ class StateDB:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; nested uses join the outer one."""
+        """A write transaction; nested uses join the outer one.
+
+        A failed COMMIT (the disk is full, the database is locked past the busy timeout) rolls
+        back, so the connection never stays inside a transaction nobody will finish.
+        """
         if self._depth:
             self._depth += 1
             try:
@@ -234,11 +342,11 @@ class StateDB:
         self._depth = 1
         try:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        else:
             self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
         finally:
             self._depth = 0
 
@@ -248,6 +356,7 @@ class StateDB:
         self,
         kind: str,
         *,
+        library: str | None = None,
         skill: str | None = None,
         session: str | None = None,
         source: str | None = None,
@@ -260,12 +369,18 @@ class StateDB:
         detail_json = json.dumps(dict(detail or {}), ensure_ascii=False, default=str)
         with self.transaction():
             cursor = self.conn.execute(
-                "INSERT INTO events(ts, kind, skill, session, source, reason, detail)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (ts, kind, skill, session, source, reason, detail_json),
+                "INSERT INTO events(ts, kind, library, skill, session, source, reason, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (ts, kind, library, skill, session, source, reason, detail_json),
             )
-        level = "error" if kind in ("error", "usage_corrupt") else "info"
-        fields = {"skill": skill, "session": session, "source": source, "reason": reason}
+        level = "error" if kind in ("error", "usage_corrupt", "conflict") else "info"
+        fields = {
+            "library": library,
+            "skill": skill,
+            "session": session,
+            "source": source,
+            "reason": reason,
+        }
         line = {k: v for k, v in fields.items() if v is not None}
         for key, value in (detail or {}).items():
             # A detail key may repeat a column's name (or structlog's "event"): keep both.
@@ -278,6 +393,7 @@ class StateDB:
         *,
         kinds: tuple[str, ...] = (),
         skill: str | None = None,
+        library: str | None = None,
         since: str | None = None,
         limit: int | None = None,
         after_id: int = 0,
@@ -290,6 +406,9 @@ class StateDB:
         if skill is not None:
             clauses.append("skill = ?")
             params.append(skill)
+        if library is not None:
+            clauses.append("library = ?")
+            params.append(library)
         if since is not None:
             clauses.append("ts >= ?")
             params.append(since)
@@ -301,16 +420,38 @@ class StateDB:
 
     # -- provenance --------------------------------------------------------------------------
 
-    def provenance(self, name: str) -> Provenance | None:
-        row = self.conn.execute("SELECT * FROM provenance WHERE name = ?", (name,)).fetchone()
+    def provenance(self, library: str, name: str) -> Provenance | None:
+        row = self.conn.execute(
+            "SELECT * FROM provenance WHERE library = ? AND name = ?", (library, name)
+        ).fetchone()
         return Provenance(**dict(row)) if row else None
 
-    def all_provenance(self) -> dict[str, Provenance]:
-        rows = self.conn.execute("SELECT * FROM provenance").fetchall()
-        return {row["name"]: Provenance(**dict(row)) for row in rows}
+    def all_provenance(self, library: str) -> dict[str, Provenance]:
+        rows = self.conn.execute("SELECT * FROM provenance WHERE library = ?", (library,))
+        return {row["name"]: Provenance(**dict(row)) for row in rows.fetchall()}
+
+    def adopt_provenance(self, library: str, root: Path) -> list[str]:
+        """Give rows written before libraries existed (library '') to the library whose root
+        holds their file. Returns the names adopted."""
+        prefix = str(root).rstrip("/") + "/"
+        rows = self.conn.execute("SELECT name, path FROM provenance WHERE library = ''")
+        names = [row["name"] for row in rows.fetchall() if row["path"].startswith(prefix)]
+        if names:
+            with self.transaction():
+                self.conn.executemany(
+                    "UPDATE OR IGNORE provenance SET library = ? WHERE library = '' AND name = ?",
+                    [(library, name) for name in names],
+                )
+        return names
+
+    def library_names(self) -> list[str]:
+        """Every library skilld has written into (provenance names it)."""
+        rows = self.conn.execute("SELECT DISTINCT library FROM provenance WHERE library != ''")
+        return sorted(row["library"] for row in rows.fetchall())
 
     def put_provenance(
         self,
+        library: str,
         name: str,
         *,
         path: str,
@@ -326,11 +467,11 @@ class StateDB:
         with self.transaction():
             self.conn.execute(
                 """
-                INSERT INTO provenance(name, path, sha256, prev_sha256, session, first_message,
-                                       last_message, model, prompt_version, created_at,
-                                       updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT(name) DO UPDATE SET
+                INSERT INTO provenance(library, name, path, sha256, prev_sha256, session,
+                                       first_message, last_message, model, prompt_version,
+                                       created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(library, name) DO UPDATE SET
                     path = excluded.path, sha256 = excluded.sha256,
                     prev_sha256 = excluded.prev_sha256,
                     session = COALESCE(excluded.session, provenance.session),
@@ -341,6 +482,7 @@ class StateDB:
                     updated_at = excluded.updated_at
                 """,
                 (
+                    library,
                     name,
                     path,
                     sha256,
@@ -355,9 +497,28 @@ class StateDB:
                 ),
             )
 
-    def drop_provenance(self, name: str) -> None:
+    def settle_provenance(self, library: str, name: str, sha256: str) -> None:
+        """The file now holds `sha256` for good: forget the hash it replaced. A no-op when a
+        later write has recorded another hash meanwhile."""
         with self.transaction():
-            self.conn.execute("DELETE FROM provenance WHERE name = ?", (name,))
+            self.conn.execute(
+                "UPDATE provenance SET prev_sha256 = NULL"
+                " WHERE library = ? AND name = ? AND sha256 = ?",
+                (library, name, sha256),
+            )
+
+    def move_provenance(self, library: str, name: str, path: str) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE provenance SET path = ? WHERE library = ? AND name = ?",
+                (path, library, name),
+            )
+
+    def drop_provenance(self, library: str, name: str) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "DELETE FROM provenance WHERE library = ? AND name = ?", (library, name)
+            )
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -378,40 +539,75 @@ class StateDB:
         return [row["key"] for row in rows]
 
     def save_session(self, state: SessionState) -> None:
-        pending_json = json.dumps(state.pending, ensure_ascii=False)
-        pending_chars = sum(len(m.get("text", "")) for m in state.pending)
+        """Store a session's cursor, watermark and summary (its held messages are rows of their
+        own: `append_held`, `drop_held`)."""
+        held = state.held
         with self.transaction():
             self.conn.execute(
                 """
-                INSERT INTO sessions(key, source, cursor, reflected, pending, pending_count,
-                                     pending_chars, last_reflect_at, attempts, hold, label,
-                                     mtime, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO sessions(key, source, cursor, reflected, pending_count,
+                                     pending_chars, finished_end, conversational,
+                                     conversational_finished, last_append_at, last_reflect_at,
+                                     attempts, label, mtime, cwd, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(key) DO UPDATE SET
                     source = excluded.source, cursor = excluded.cursor,
-                    reflected = excluded.reflected, pending = excluded.pending,
-                    pending_count = excluded.pending_count,
+                    reflected = excluded.reflected, pending_count = excluded.pending_count,
                     pending_chars = excluded.pending_chars,
+                    finished_end = excluded.finished_end,
+                    conversational = excluded.conversational,
+                    conversational_finished = excluded.conversational_finished,
+                    last_append_at = excluded.last_append_at,
                     last_reflect_at = excluded.last_reflect_at, attempts = excluded.attempts,
-                    hold = excluded.hold, label = excluded.label, mtime = excluded.mtime,
+                    label = excluded.label, mtime = excluded.mtime, cwd = excluded.cwd,
                     updated_at = excluded.updated_at
                 """,
                 (
                     state.key,
                     state.source,
                     json.dumps(state.cursor),
-                    state.reflected,
-                    pending_json,
-                    len(state.pending),
-                    pending_chars,
+                    held.start,
+                    held.count,
+                    held.chars,
+                    held.finished_end,
+                    held.conversational,
+                    held.conversational_finished,
+                    held.last_append_at,
                     state.last_reflect_at,
                     state.attempts,
-                    state.hold,
                     state.label,
                     state.mtime,
+                    state.cwd,
                     self._clock(),
                 ),
             )
+
+    def append_held(self, key: str, first_index: int, messages: list[dict[str, Any]]) -> None:
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO pending(session, idx, message) VALUES (?, ?, ?)",
+                [
+                    (key, first_index + offset, json.dumps(message, ensure_ascii=False))
+                    for offset, message in enumerate(messages)
+                ],
+            )
+
+    def held_messages(self, key: str, start: int, end: int) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT message FROM pending WHERE session = ? AND idx >= ? AND idx < ? ORDER BY idx",
+            (key, start, end),
+        ).fetchall()
+        return [json.loads(row["message"]) for row in rows]
+
+    def drop_held(self, key: str, before: int | None = None) -> None:
+        """Forget held messages below index `before` (all of them when None)."""
+        with self.transaction():
+            if before is None:
+                self.conn.execute("DELETE FROM pending WHERE session = ?", (key,))
+            else:
+                self.conn.execute(
+                    "DELETE FROM pending WHERE session = ? AND idx < ?", (key, before)
+                )
 
     def forget_sessions(self, source: str, keys: set[str]) -> list[str]:
         """Forget these sessions of `source` (no longer seen) unless they hold pending content.
@@ -430,6 +626,7 @@ class StateDB:
         if gone:
             with self.transaction():
                 self.conn.executemany("DELETE FROM sessions WHERE key = ?", [(k,) for k in gone])
+                self.conn.executemany("DELETE FROM pending WHERE session = ?", [(k,) for k in gone])
         return gone
 
     def session_stats(self) -> dict[str, int]:
@@ -440,6 +637,99 @@ class StateDB:
             " COALESCE(SUM(pending_chars), 0) AS pending_chars FROM sessions"
         ).fetchone()
         return dict(row)
+
+    # -- kept proposals ----------------------------------------------------------------------
+
+    def keep_proposal(
+        self,
+        library: str,
+        body: Mapping[str, Any],
+        *,
+        session: str | None,
+        source: str | None,
+        first_message: int | None,
+        last_message: int | None,
+    ) -> int:
+        now = self._clock()
+        with self.transaction():
+            cursor = self.conn.execute(
+                "INSERT INTO proposals(library, session, source, first_message, last_message,"
+                " body, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'new', ?, ?)",
+                (
+                    library,
+                    session,
+                    source,
+                    first_message,
+                    last_message,
+                    json.dumps(dict(body), ensure_ascii=False),
+                    now,
+                    now,
+                ),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def kept_proposals(self, library: str | None = None) -> list[KeptProposal]:
+        sql, params = "SELECT * FROM proposals", ()
+        if library is not None:
+            sql, params = sql + " WHERE library = ?", (library,)
+        rows = self.conn.execute(sql + " ORDER BY id", params).fetchall()
+        return [_proposal(row) for row in rows]
+
+    def update_proposal(
+        self,
+        proposal_id: int,
+        *,
+        status: str,
+        note: str | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE proposals SET status = ?, note = ?, updated_at = ?,"
+                " body = COALESCE(?, body) WHERE id = ?",
+                (
+                    status,
+                    note,
+                    self._clock(),
+                    json.dumps(dict(body), ensure_ascii=False) if body is not None else None,
+                    proposal_id,
+                ),
+            )
+
+    def drop_proposal(self, proposal_id: int) -> None:
+        with self.transaction():
+            self.conn.execute("DELETE FROM proposals WHERE id = ?", (proposal_id,))
+
+    def proposal_counts(self) -> dict[str, dict[str, int]]:
+        """library -> status -> how many proposals wait."""
+        counts: dict[str, dict[str, int]] = {}
+        rows = self.conn.execute(
+            "SELECT library, status, COUNT(*) AS n FROM proposals GROUP BY library, status"
+        )
+        for row in rows.fetchall():
+            counts.setdefault(row["library"], {})[row["status"]] = row["n"]
+        return counts
+
+    # -- which sessions used a skill ---------------------------------------------------------
+
+    def record_uses(self, library: str, uses: Mapping[tuple[str, str], int], at: str) -> None:
+        """Add `count` uses of skill `name` by `session` for each ((name, session), count)."""
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT INTO skill_uses(library, name, session, uses, last_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(library, name, session) DO UPDATE SET"
+                " uses = uses + excluded.uses, last_at = excluded.last_at",
+                [(library, name, session, n, at) for (name, session), n in uses.items()],
+            )
+
+    def skill_sessions(self, library: str, name: str) -> list[tuple[str, int, str]]:
+        """(session, uses, last use) for every session that used the skill, newest first."""
+        rows = self.conn.execute(
+            "SELECT session, uses, last_at FROM skill_uses WHERE library = ? AND name = ?"
+            " ORDER BY last_at DESC",
+            (library, name),
+        ).fetchall()
+        return [(row["session"], row["uses"], row["last_at"]) for row in rows]
 
     # -- meta --------------------------------------------------------------------------------
 
@@ -467,6 +757,7 @@ def _event(row: sqlite3.Row) -> Event:
         source=row["source"],
         reason=row["reason"],
         detail=detail,
+        library=row["library"],
     )
 
 
@@ -475,13 +766,35 @@ def _session(row: sqlite3.Row) -> SessionState:
         key=row["key"],
         source=row["source"],
         cursor=json.loads(row["cursor"]),
-        reflected=row["reflected"],
-        pending=json.loads(row["pending"]),
+        held=Held(
+            start=row["reflected"],
+            count=row["pending_count"],
+            chars=row["pending_chars"],
+            finished_end=row["finished_end"],
+            conversational=row["conversational"],
+            conversational_finished=row["conversational_finished"],
+            last_append_at=row["last_append_at"],
+        ),
         last_reflect_at=row["last_reflect_at"],
         attempts=row["attempts"],
         label=row["label"],
         mtime=row["mtime"],
-        hold=row["hold"],
+        cwd=row["cwd"],
+    )
+
+
+def _proposal(row: sqlite3.Row) -> KeptProposal:
+    return KeptProposal(
+        id=row["id"],
+        library=row["library"],
+        session=row["session"],
+        source=row["source"],
+        first_message=row["first_message"],
+        last_message=row["last_message"],
+        body=json.loads(row["body"]),
+        status=row["status"],
+        note=row["note"],
+        created_at=row["created_at"],
     )
 
 

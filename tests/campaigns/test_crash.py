@@ -21,6 +21,8 @@ import random
 import secrets
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -33,7 +35,8 @@ import pytest
 
 from skilld.app import open_app
 from skilld.config import build_config
-from skilld.evolve.supervisor import Evolver, configured_sources, llm_settings
+from skilld.evolve.supervisor import Evolver
+from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.fsutil import TEMP_MARKER
 from skilld.llm import LLMClient
 from skilld.skills.document import parse_skill
@@ -263,11 +266,11 @@ def audit(workspace: Workspace) -> tuple[list[str], dict[str, int]]:
 
     with StateDB(state_dir / "state.db") as state:
         writes = state.events(kinds=("created", "updated"))
-        provenance = state.all_provenance()
+        provenance = state.all_provenance("default")
         ticks = state.get_meta("last_tick") is not None
 
     history_hashes: dict[str, set[str]] = defaultdict(set)
-    for version in (state_dir / "history").glob("*/*.md"):
+    for version in (state_dir / "history" / "@default").glob("*/*.md"):
         history_hashes[version.parent.name].add(sha256_file(version))
 
     current: dict[str, str] = {path.parent.name: sha256_file(path) for path in skill_files}
@@ -380,7 +383,7 @@ def test_audit_catches_a_write_without_its_event(workspace: Workspace) -> None:
     folder = workspace.skills / "hand-made"
     folder.mkdir()
     (folder / "SKILL.md").write_text("---\nname: hand-made\ndescription: Mine.\n---\nBody.\n")
-    (workspace.skills / f".x{TEMP_MARKER}abc").write_text("half")
+    (workspace.skills / f".x{TEMP_MARKER}1-abc").write_text("half")
     violations, _ = audit(workspace)
     assert any("no longer recognised" in v for v in violations)
     assert any("without a created/updated event" in v for v in violations)
@@ -415,24 +418,23 @@ async def test_a_write_whose_event_was_lost_settles_as_that_write(
     )
     with open_app(config, prepare=True) as app:
         async with LLMClient(llm_settings(config)) as llm:
-            evolver = Evolver(app, llm, configured_sources(config))
-            write = app.library.write
+            evolver = Evolver(app, llm, bind_sources(config, app.routing))
+            commit = app.library.commit
 
-            def crash_before_commit(*args: Any, **kwargs: Any) -> Any:
-                def die(outcome: str) -> None:
-                    raise SimulatedCrash  # inside the commit's transaction: rolled back
+            def crash_in_commit(*args: Any, **kwargs: Any) -> Any:
+                raise SimulatedCrash  # inside the commit's transaction: rolled back
 
-                return write(*args, **{**kwargs, "also": die})
-
-            app.library.write = crash_before_commit  # type: ignore[method-assign]
+            app.library.commit = crash_in_commit  # type: ignore[method-assign]
             fake_llm.push(skill_reply("first-answer"))
             with pytest.raises(BaseException) as crash:
                 await evolver.tick()
             assert crash.type is SimulatedCrash or crash.group_contains(SimulatedCrash)
             assert app.state.events(kinds=("created",)) == []
-            assert app.state.sessions_with_pending() == ["jsonl:s1"]
+            # The answer was kept, with the window, before the write: nothing is re-asked.
+            assert [p.body["name"] for p in app.state.kept_proposals()] == ["first-answer"]
+            assert (tmp_path / "skills" / "first-answer" / "SKILL.md").is_file()
 
-            app.library.write = write  # type: ignore[method-assign]
+            app.library.commit = commit  # type: ignore[method-assign]
             fake_llm.push(skill_reply("second-answer"))
             report = await evolver.tick()
             assert dict(report.outcomes) == {"created": 1}
@@ -440,14 +442,23 @@ async def test_a_write_whose_event_was_lost_settles_as_that_write(
             created = app.state.events(kinds=("created",))
             assert [e.skill for e in created] == ["first-answer"]
             assert created[0].detail["messages"] == [0, len(conversation()) - 1]
-            assert app.usage.get("first-answer")["created_by"] == "agent"
+            assert "recovered" in created[0].detail
+            assert app.library.usage.get("first-answer")["created_by"] == "agent"
             assert app.state.sessions_with_pending() == []
     assert not (tmp_path / "skills" / "second-answer").exists()
 
 
 def test_a_crash_in_a_history_write_leaves_no_temp_after_start(workspace: Workspace) -> None:
     workspace.write_config()
-    stray = workspace.state / "history" / "some-skill" / f".20261130T0000Z-ab.md{TEMP_MARKER}0f"
+    crashed = subprocess.Popen([sys.executable, "-c", "pass"])
+    crashed.wait()  # a writer that is gone
+    stray = (
+        workspace.state
+        / "history"
+        / "@default"
+        / "some-skill"
+        / f".20261130T0000Z-ab.md{TEMP_MARKER}{crashed.pid}-0f"
+    )
     stray.parent.mkdir(parents=True)
     stray.write_text("half a version")
     assert workspace.cli("once").returncode == 0

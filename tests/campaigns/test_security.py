@@ -506,7 +506,7 @@ def test_injected_instructions_stay_data_and_downloads_are_held(
     assert len(staged) == len(DOWNLOAD_AND_EXECUTE) + 1, [e["skill"] for e in staged]
     for event in staged:
         assert event["reason"].startswith("download-and-execute: "), event
-        assert (workspace.state / "pending" / f"{event['skill']}.json").is_file()
+        assert (workspace.state / "pending" / "default" / f"{event['skill']}.json").is_file()
     assert skill_files(workspace) == []
     status = json.loads(workspace.cli("status", "--json").stdout)
     assert status["pending_review"] == len(staged)
@@ -758,7 +758,7 @@ def test_planted_secrets_never_leave_the_transcript(
     assert len(written) == count // per_session
     for path in written:
         outputs[str(path)] = path.read_text(encoding="utf-8")
-    for path in (workspace.state / "pending").glob("*.json"):
+    for path in (workspace.state / "pending").glob("*/*.json"):
         outputs[str(path)] = path.read_text(encoding="utf-8")
     leaks = [
         (secret.kind, where)

@@ -6,18 +6,13 @@ import argparse
 import json
 from typing import Any, NoReturn
 
+from skilld.errors import Failure, UsageError
 from skilld.skills.library import Origin
+
+__all__ = ["CLI", "Failure", "Parser", "UsageError", "print_json_line"]
 
 #: Changes made from the command line are attributed to "cli" in the event log.
 CLI = Origin(source="cli")
-
-
-class UsageError(Exception):
-    """Bad usage: exit 2."""
-
-
-class Failure(Exception):
-    """A failed operation: exit 1."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -9,6 +9,8 @@ from skilld.app import App
 from skilld.commands.common import Failure, print_json_line
 
 if TYPE_CHECKING:
+    from skilld.curator.consolidate import ConsolidationReport
+    from skilld.curator.passes import LifecycleReport
     from skilld.curator.schedule import CuratorRun
 
 
@@ -17,43 +19,47 @@ def cmd_curate(app: App, args: argparse.Namespace) -> int:
     import anyio
 
     from skilld.curator.schedule import curate, utc_now
-    from skilld.evolve.supervisor import llm_settings
+    from skilld.evolve.wiring import llm_settings
     from skilld.llm import LLMClient
 
     consolidating = args.consolidate or app.config.curator.consolidate
     now = utc_now()
+    libraries = [app.select(args.library)] if args.library else None
 
     async def run() -> CuratorRun:
         if not consolidating:
-            return await curate(app, now=now, dry_run=args.dry_run)
+            return await curate(app, now=now, dry_run=args.dry_run, libraries=libraries)
         try:
             client = LLMClient(llm_settings(app.config))
         except ValueError as exc:
             raise Failure(f"llm.base_url: {exc}") from None
         async with client as llm:
-            return await curate(app, now=now, dry_run=args.dry_run, llm=llm)
+            return await curate(app, now=now, dry_run=args.dry_run, llm=llm, libraries=libraries)
 
     result = anyio.run(run)
     if args.json:
         print_json_line(result.as_dict())
     else:
         print_run(result)
-    consolidation = result.consolidation
-    if consolidation is not None and consolidation.status in ("error", "invalid"):
-        raise Failure(f"consolidation {consolidation.status}: {consolidation.reason}")
+    for consolidation in result.consolidation:
+        if consolidation.status in ("error", "invalid"):
+            raise Failure(f"consolidation {consolidation.status}: {consolidation.reason}")
     return 0
 
 
 def print_run(run: CuratorRun) -> None:
-    if run.deferred_until is not None:
-        print(
-            "first curator pass: clock started, nothing changed;"
-            f" the next pass is due after {run.deferred_until.isoformat(timespec='seconds')}"
-        )
-        return
-    would = "would be " if run.dry_run else ""
-    lifecycle = run.lifecycle
-    assert lifecycle is not None
+    for lifecycle in run.lifecycle:
+        print_lifecycle(lifecycle, several=len(run.lifecycle) > 1)
+    for consolidation in run.consolidation:
+        print_consolidation(consolidation)
+    if run.report_path is not None:
+        print(f"report: {run.report_path}")
+
+
+def print_lifecycle(lifecycle: LifecycleReport, *, several: bool) -> None:
+    would = "would be " if lifecycle.dry_run else ""
+    if several:
+        print(f"library {lifecycle.library}:")
     for t in lifecycle.transitions:
         print(f"{would}{t.kind:<12} {t.name:<32} {t.reason}")
     for name in lifecycle.disabled:
@@ -68,11 +74,11 @@ def print_run(run: CuratorRun) -> None:
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no transitions"
     print(
         f"{lifecycle.skills_seen} skills, {lifecycle.managed} managed: {summary}"
-        + (" (dry run: nothing changed)" if run.dry_run else "")
+        + (" (dry run: nothing changed)" if lifecycle.dry_run else "")
     )
-    consolidation = run.consolidation
-    if consolidation is None:
-        return
+
+
+def print_consolidation(consolidation: ConsolidationReport) -> None:
     print(f"consolidation: {consolidation.status}" + _reason(consolidation.reason))
     for outcome in consolidation.outcomes:
         detail = outcome.detail
@@ -82,8 +88,6 @@ def print_run(run: CuratorRun) -> None:
             else " ".join(outcome.names)
         )
         print(f"  {outcome.status:<8} {outcome.action:<8} {what}{_reason(outcome.reason)}")
-    if run.report_path is not None:
-        print(f"report: {run.report_path}")
 
 
 def _reason(reason: str | None) -> str:
@@ -101,4 +105,5 @@ def register(commands: Any) -> None:
         "--consolidate", action="store_true", help="also ask the LLM to merge and prune skills"
     )
     curate_parser.add_argument("--json", action="store_true", help="the run report as JSON")
+    curate_parser.add_argument("--library", help="only this library (default: every library)")
     curate_parser.set_defaults(handler=cmd_curate)

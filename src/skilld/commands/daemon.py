@@ -6,15 +6,18 @@ import argparse
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from skilld.app import App
-from skilld.commands.common import Failure, Parser, print_json_line
+from skilld.commands.common import CLI, Failure, Parser, print_json_line
 from skilld.config import Config, load_config
+from skilld.errors import ConfigError, StateError, UsageError
 from skilld.evolve.review import ReviewQueue
-from skilld.state import StateError, utc_now_iso
+from skilld.routing import project_library
+from skilld.state import utc_now_iso
 
 # -- daemon ----------------------------------------------------------------------------------
 
@@ -31,14 +34,39 @@ def cmd_run(config: Config, args: argparse.Namespace) -> int:
     )
     try:
         result = anyio.run(lambda: daemon.run(once=once))
-    except StateError as exc:
+    except ConfigError as exc:
+        print(f"skilld: config error: {exc}", file=sys.stderr)
+        return 2
+    except StateError as exc:  # another daemon holds the state dir, or it is unusable
         print(f"skilld: {exc}", file=sys.stderr)
         return 2
     return result.exit_code
 
 
+def library_status(app: App) -> list[dict[str, Any]]:
+    """Each library's managed skills against its cap, and the proposals kept for it."""
+    kept = app.state.proposal_counts()
+    rows = []
+    for library in app.all_libraries():
+        waiting = kept.get(library.name, {})
+        rows.append(
+            {
+                "name": library.name,
+                "dir": str(library.root),
+                "dialect": library.dialect,
+                "managed": len(library.managed_names()),
+                "max_managed": library.max_managed,
+                "proposals_at_cap": waiting.get("cap", 0),
+                "proposals_failed": waiting.get("failed", 0),
+                "proposals_waiting": sum(waiting.values()),
+            }
+        )
+    return rows
+
+
 def status_report(app: App) -> dict[str, Any]:
     from skilld.evolve.supervisor import backlog
+    from skilld.evolve.wiring import bind_sources
 
     state = app.state
     now = time.time()
@@ -46,6 +74,7 @@ def status_report(app: App) -> dict[str, Any]:
     daemon = state.get_meta("daemon") or {}
     interval = daemon.get("interval", app.config.evolve.interval_seconds)
     stats = state.session_stats()
+    libraries = library_status(app)
     return {
         "last_tick": state.get_meta("last_tick"),
         "heartbeat_age_seconds": round(now - heartbeat, 1) if heartbeat else None,
@@ -53,9 +82,11 @@ def status_report(app: App) -> dict[str, Any]:
         "daemon_pid": daemon.get("pid"),
         "sessions_tracked": stats["tracked"],
         "windows_deferred": stats["deferred"],
-        "backlog": backlog(app),
-        "skills_managed": len(app.library.managed_names()),
-        "max_managed": app.config.skills.max_managed,
+        "backlog": backlog(app, bind_sources(app.config, app.routing)),
+        "libraries": libraries,
+        "skills_managed": sum(row["managed"] for row in libraries),
+        "max_managed": sum(row["max_managed"] for row in libraries),
+        "proposals_waiting": sum(row["proposals_waiting"] for row in libraries),
         "pending_review": len(ReviewQueue(app.config.state.dir / "pending").list()),
         "llm": state.get_meta("llm_health"),
         "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
@@ -124,7 +155,15 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
             f"{report['windows_deferred']} with content not yet reflected"
         )
         print(f"backlog        {backlog_line(report['backlog'])}")
-        print(f"skills         {report['skills_managed']}/{report['max_managed']} managed")
+        for library in report["libraries"]:
+            waiting = library["proposals_waiting"]
+            kept = f", {waiting} kept proposals waiting" if waiting else ""
+            print(
+                f"library        {library['name']}: {library['managed']}/"
+                f"{library['max_managed']} managed ({library['dir']}){kept}"
+            )
+        if not report["libraries"]:
+            print("library        none (no agent found and none configured)")
         print(f"review         {report['pending_review']} awaiting approval")
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")
@@ -141,22 +180,49 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
 def cmd_review(app: App, args: argparse.Namespace) -> int:
     queue = ReviewQueue(app.config.state.dir / "pending")
     if args.command == "list":
-        items = queue.list()
+        items = [item for _, item in queue.list()]
         if args.json:
             print_json_line([asdict(item) for item in items])
         for item in items if not args.json else ():
-            print(f"{item.name:<32} {item.staged_at}  {item.held_because}: {item.description}")
+            print(
+                f"{item.name:<32} {item.library or '-':<12} {item.staged_at}"
+                f"  {item.held_because}: {item.description}"
+            )
         return 0
-    try:
-        if args.command == "approve":
-            result = queue.approve(args.name, app.library, cap=app.config.skills.max_managed)
-            print(f"{result.outcome} {result.name} {result.path}")
-        else:
-            queue.reject(args.name, app.library)
-            print(f"rejected {args.name}")
-    except KeyError:
-        raise Failure(f"nothing staged under the name {args.name}") from None
+    found = [
+        (file, item)
+        for file, item in queue.find(args.name)
+        if args.library is None or item.library == args.library
+    ]
+    if not found:
+        raise Failure(f"nothing staged under the name {args.name}")
+    if len(found) > 1:
+        names = ", ".join(item.library for _, item in found)
+        raise UsageError(f"{args.name} is staged for several libraries ({names}); add --library")
+    file, item = found[0]
+    if args.command == "reject":
+        queue.remove(file)
+        app.state.add_event("rejected", library=item.library, skill=item.name, source="cli")
+        print(f"rejected {args.name}")
+        return 0
+    library = _staged_library(app, item.library, item.project_root)
+    result = library.apply(item.doc(), CLI)
+    queue.remove(file)
+    outcome = getattr(result, "kind", "unchanged")
+    app.state.add_event(
+        "approved", library=library.name, skill=item.name, source="cli", detail={"outcome": outcome}
+    )
+    print(f"{outcome} {result.name} {result.path}")
     return 0
+
+
+def _staged_library(app: App, name: str, project_root: str | None) -> Any:
+    """The library a staged proposal was meant for (a project's, when it names one)."""
+    user_name = name.partition("@")[0] if name else None
+    user = app.select(user_name if user_name in app.libraries else None)
+    if project_root is None:
+        return user
+    return app.open_library(project_library(user.spec, Path(project_root)))
 
 
 def register(commands: Any) -> None:
@@ -179,4 +245,5 @@ def register(commands: Any) -> None:
     for name in ("approve", "reject"):
         sub = review_commands.add_parser(name)
         sub.add_argument("name")
+        sub.add_argument("--library", help="when the name is staged for several libraries")
         sub.set_defaults(handler=cmd_review)

@@ -30,10 +30,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from skilld.app import routing_of
 from skilld.config import SECTIONS, Config, SourceConfig
+from skilld.errors import ConfigError
 from skilld.fsutil import TEMP_MARKER
 from skilld.log import configure_logging
 from skilld.redact import redact
+from skilld.routing import AGENTS
 from skilld.state import StateDB, StateError
 from skilld.transcripts.registry import default_path, default_sources
 
@@ -84,6 +87,48 @@ def configured_or_default_sources(config: Config) -> tuple[tuple[SourceConfig, .
     if config.sources:
         return config.sources, False
     return default_sources(), True
+
+
+def check_libraries(config: Config) -> list[Check]:
+    """Every library: resolvable, writable with a working flock, a readable sidecar, a dialect
+    its agent reads; no two libraries sharing a dir (resolution refuses that)."""
+    try:
+        routing = routing_of(config)
+    except ConfigError as exc:
+        return [Check("library", "fail", str(exc))]
+    if not routing.libraries:
+        return [Check("library", "warn", "no library: no agent found and none configured")]
+    checks = []
+    fed = {route.library: route.source.kind for route in routing.routes}
+    for name, spec in routing.libraries.items():
+        root = spec.dir
+        label = f"{name} {root} ({spec.dialect})"
+        problem = _ensure_directory(root) or _probe_write_and_flock(root)
+        if problem:
+            checks.append(Check("library", "fail", f"{label}: {problem}"))
+            continue
+        checks.append(Check("library", "ok", f"{label}: writable, flock works"))
+        if corrupt := _usage_problem(root / ".usage.json"):
+            checks.append(Check("library", "warn", corrupt))
+        kind = fed.get(name)
+        expected = AGENTS[kind].dialect if kind in AGENTS else None
+        if expected is not None and spec.dialect != expected:
+            checks.append(
+                Check(
+                    "library",
+                    "warn",
+                    f"{name}: fed by {kind}, whose agent reads the {expected} dialect, but the "
+                    f"library writes {spec.dialect}",
+                )
+            )
+        for extra in spec.extra_dirs:
+            if extra.is_dir() and os.access(extra, os.R_OK | os.X_OK):
+                checks.append(Check("library", "ok", f"{extra}: readable (extra_dirs)"))
+            else:
+                checks.append(
+                    Check("library", "warn", f"{extra}: missing or unreadable (extra_dirs)")
+                )
+    return checks
 
 
 def source_path(spec: SourceConfig) -> Path | None:
@@ -165,23 +210,6 @@ def _inspect_database(path: Path, table: str) -> tuple[Status, str]:
     if table not in tables:
         return "fail", f"a SQLite database without a {table} table"
     return "ok", f"readable SQLite database with a {table} table"
-
-
-def check_skills_dir(config: Config) -> list[Check]:
-    root = config.skills.dir
-    problem = _ensure_directory(root) or _probe_write_and_flock(root)
-    if problem:
-        checks = [Check("skills", "fail", f"{root}: {problem}")]
-    else:
-        checks = [Check("skills", "ok", f"{root}: writable, flock works")]
-        if corrupt := _usage_problem(root / ".usage.json"):
-            checks.append(Check("skills", "warn", corrupt))
-    for extra in config.skills.extra_dirs:
-        if extra.is_dir() and os.access(extra, os.R_OK | os.X_OK):
-            checks.append(Check("skills", "ok", f"{extra}: readable (extra_dirs)"))
-        else:
-            checks.append(Check("skills", "warn", f"{extra}: missing or unreadable (extra_dirs)"))
-    return checks
 
 
 def _usage_problem(usage: Path) -> str | None:
@@ -376,7 +404,7 @@ def _masked_url(url: str) -> str:
 def run_doctor(config: Config, *, llm_timeout: float, check_llm: bool) -> list[Check]:
     checks = [check_config(config)]
     checks += check_sources(config)
-    checks += check_skills_dir(config)
+    checks += check_libraries(config)
     checks.append(check_state(config))
     checks.append(check_api_key(config))
     if check_llm:
@@ -456,13 +484,48 @@ def render_config(config: Config) -> Iterator[str]:
         yield f"[{section}]"
         values = getattr(config, section)
         for spec in dataclasses.fields(values):
-            value = _printable(section, spec.name, getattr(values, spec.name))
+            raw = getattr(values, spec.name)
             comment = _origin_comment(config, f"{section}.{spec.name}")
+            if raw is None:
+                yield f"# {spec.name} not set  # {comment}"
+                continue
+            value = _printable(section, spec.name, raw)
             if section == "llm" and spec.name == "api_key_env":
                 key_state = "set" if config.llm.api_key() else "NOT set"
                 comment += f"; ${value} is {key_state} (its value is never shown)"
             yield f"{spec.name} = {toml_value(value)}  # {comment}"
     yield from _render_sources(config)
+    yield from _render_libraries(config)
+
+
+def _render_libraries(config: Config) -> Iterator[str]:
+    """The libraries as resolved on this machine, and which source feeds which."""
+    yield ""
+    try:
+        routing = routing_of(config)
+    except ConfigError as exc:
+        yield f"# libraries: cannot be resolved: {exc}"
+        return
+    if not routing.libraries:
+        yield "# no library: no agent found and none configured"
+        return
+    yield "# the libraries as resolved (each agent learns into the library it loads)"
+    for name, spec in routing.libraries.items():
+        yield "# [[libraries]]"
+        yield f"# name = {toml_value(name)}"
+        yield f"# dir = {toml_value(spec.dir)}"
+        yield f"# dialect = {toml_value(spec.dialect)}"
+        yield f"# layout = {toml_value(spec.layout)}"
+        yield f"# max_managed = {spec.max_managed}"
+        if spec.name_prefix:
+            yield f"# name_prefix = {toml_value(spec.name_prefix)}"
+        yield f"# project_dir = {toml_value(spec.project_dir or '')}"
+        if spec.remote:
+            yield f"# remote = {toml_value(_masked_url(spec.remote))}"
+            yield f"# branch = {toml_value(spec.branch)}"
+    yield "# routing:"
+    for route in routing.routes:
+        yield f"#   {route.source.kind} {route.source.path} -> {route.library}"
 
 
 def _render_sources(config: Config) -> Iterator[str]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 def cmd_replay(config: Config, args: argparse.Namespace) -> int:
     # Imported here: the pipeline is heavy, and most commands (usage bumps from agent hooks)
     # should start fast.
+    from skilld.errors import SkilldError
     from skilld.evolve.replay import (
         ReplayError,
         ReplayOptions,
@@ -35,8 +36,6 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
         default_out_dir,
         run_replay,
     )
-    from skilld.skills.library import LibraryError
-    from skilld.state import StateError
 
     if config.log.level != "debug":
         # Every sandbox event would otherwise be logged like a real one; the report says it all.
@@ -45,12 +44,18 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
     # A dry run writes no proposal: its own temporary sandbox is not worth keeping, nor is one
     # that a failed start left empty.
     discard = args.dry_run and args.out is None
+    try:
+        system_prompt = args.prompt_file.read_text(encoding="utf-8") if args.prompt_file else None
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"skilld: --prompt-file: cannot read {args.prompt_file}: {exc}", file=sys.stderr)
+        return 2
     options = ReplayOptions(
         out=out,
         since=args.since,
         source_kind=args.source,
         limit=args.limit,
         dry_run=args.dry_run,
+        system_prompt=system_prompt,
     )
     try:
         check_out_dir(out, config)
@@ -59,9 +64,9 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
         discard = args.out is None
         print(f"skilld: {exc}", file=sys.stderr)
         return 2
-    except (LibraryError, StateError) as exc:
+    except SkilldError as exc:
         print(f"skilld: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"skilld: {exc.strerror or exc}{where}", file=sys.stderr)
@@ -91,7 +96,7 @@ def print_report(report: ReplayReport) -> None:
             if report.seeded_skills
             else "no existing skills to copy"
         )
-        print(f"proposals in   {report.out}/skills ({copies})")
+        print(f"proposals in   {report.out}/skills/<library> ({copies})")
     if report.rows:
         print()
         _print_rows(report)
@@ -109,10 +114,12 @@ def print_report(report: ReplayReport) -> None:
             )
     else:
         mark = "~" if totals["estimated"] else ""
+        merges = totals["merge_calls"]
         print(
             f"total: {totals['windows']} window{_s(totals['windows'])},"
-            f" {totals['calls']} call{_s(totals['calls'])},"
-            f" {mark}{totals['prompt_tokens']:,} input + {mark}{totals['completion_tokens']:,}"
+            f" {totals['calls']} call{_s(totals['calls'])}"
+            + (f" ({merges} to merge into existing skills)," if merges else ",")
+            + f" {mark}{totals['prompt_tokens']:,} input + {mark}{totals['completion_tokens']:,}"
             f" output = {mark}{totals['total_tokens']:,} tokens"
             + (" (~: estimated where the server sent no usage)" if mark else "")
         )
@@ -209,5 +216,10 @@ def register(commands: Any) -> None:
     replay.add_argument("--json", action="store_true", help="the report as one JSON object")
     replay.add_argument(
         "--dry-run", action="store_true", help="count windows and tokens; send nothing"
+    )
+    replay.add_argument(
+        "--prompt-file",
+        type=Path,
+        help="try this system prompt instead of skilld's own (same {placeholders})",
     )
     replay.set_defaults(handler=cmd_replay, needs_app=False)

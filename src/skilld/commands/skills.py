@@ -1,4 +1,8 @@
-"""`skilld skills …`, `skilld usage …` and `skilld events`: the library by hand."""
+"""`skilld skills …`, `skilld usage …` and `skilld events`: the libraries by hand.
+
+Every command that names a skill takes `--library NAME`; it may be left out when only one
+library is configured, or when exactly one library holds that skill.
+"""
 
 from __future__ import annotations
 
@@ -10,35 +14,41 @@ from pathlib import Path
 from typing import Any
 
 from skilld.app import App
-from skilld.commands.common import CLI, Failure, Parser, UsageError, print_json_line
+from skilld.commands.common import CLI, print_json_line
 from skilld.config import parse_duration
+from skilld.errors import Failure, UsageError
 from skilld.skills.document import SkillDoc
+from skilld.skills.library import SKILL_FILE, Library
 from skilld.skills.usage import latest_activity_at
 from skilld.state import utc_now_iso
 
 # -- skills ----------------------------------------------------------------------------------
 
 
-def skill_rows(app: App) -> list[dict[str, Any]]:
-    usage = app.usage.read()
-    rows = []
-    entries = [(e.name, e.owner, str(e.path), e.error) for e in app.library.discover()]
-    provenance = app.state.all_provenance()
+def library_rows(library: Library) -> list[dict[str, Any]]:
+    """One row per skill of `library` (live or archived), with its usage."""
+    usage = library.usage.read()
+    entries = [(e.name, e.owner, str(e.path), e.error) for e in library.discover()]
+    provenance = library.state.all_provenance(library.name)
     live = {name for name, *_ in entries}
-    for name, path in app.library.archived().items():
+    for name, path in library.archived().items():
         if name not in live:
-            file = path / "SKILL.md" if path.is_dir() else path
+            file = path / SKILL_FILE if path.is_dir() else path
             owner = "managed" if name in provenance else "human"
             entries.append((name, owner, str(file), None))
+    archive = str(library.root / ".archive")
+    rows = []
     for name, owner, path, error in sorted(entries):
         record = usage.get(name, {})
         latest = latest_activity_at(record) if record else None
-        archived = path.startswith(str(app.library.root / ".archive"))
         rows.append(
             {
                 "name": name,
+                "library": library.name,
                 "owner": owner,
-                "state": "archived" if archived else record.get("state") or "active",
+                "state": "archived"
+                if path.startswith(archive)
+                else record.get("state") or "active",
                 "pinned": bool(record.get("pinned", False)),
                 "use_count": int(record.get("use_count", 0) or 0),
                 "view_count": int(record.get("view_count", 0) or 0),
@@ -51,37 +61,112 @@ def skill_rows(app: App) -> list[dict[str, Any]]:
     return rows
 
 
+def skill_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
+    libraries = [app.select(library)] if library is not None else app.all_libraries()
+    return [row for lib in libraries for row in library_rows(lib)]
+
+
 def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
-    rows = skill_rows(app)
+    rows = skill_rows(app, args.library)
     if args.json:
         print_json_line(rows)
         return 0
     if not rows:
-        print(f"no skills in {app.library.root}")
+        roots = ", ".join(str(library.root) for library in app.all_libraries()) or "no library"
+        print(f"no skills in {roots}")
         return 0
-    header = (
-        f"{'NAME':<32} {'OWNER':<8} {'STATE':<8} PIN  USE VIEW PATCH  LAST ACTIVITY         PATH"
+    width = max(len("LIBRARY"), *(len(row["library"]) for row in rows))
+    print(
+        f"{'NAME':<32} {'LIBRARY':<{width}} {'OWNER':<8} {'STATE':<8} PIN  USE VIEW PATCH"
+        "  LAST ACTIVITY         PATH"
     )
-    print(header)
     for row in rows:
         state = "broken" if row["broken"] else row["state"]
         print(
-            f"{row['name']:<32} {row['owner']:<8} {state:<8} {'yes' if row['pinned'] else 'no':<3}"
+            f"{row['name']:<32} {row['library']:<{width}} {row['owner']:<8} {state:<8}"
+            f" {'yes' if row['pinned'] else 'no':<3}"
             f" {row['use_count']:>4} {row['view_count']:>4} {row['patch_count']:>5}"
             f"  {row['last_activity_at'] or 'never':<21} {row['path']}"
         )
     return 0
 
 
+def effect(app: App, library: Library, name: str) -> dict[str, Any]:
+    """What the library knows of a skill's effect: uses, the sessions that used it, and each
+    version with the reason given for it."""
+    record = library.usage.get(name) or {}
+    latest = latest_activity_at(record) if record else None
+    sessions = app.state.skill_sessions(library.name, name)
+    versions = [
+        {
+            "event": event.kind,
+            "at": event.ts,
+            "version": event.detail.get("version"),
+            "session": event.session,
+            "reason": event.reason,
+        }
+        for event in app.state.events(
+            kinds=("created", "updated", "rolled_back", "merged"), skill=name, library=library.name
+        )
+    ]
+    return {
+        "uses": int(record.get("use_count", 0) or 0),
+        "views": int(record.get("view_count", 0) or 0),
+        "created_at": record.get("created_at"),
+        "last_used_at": record.get("last_used_at"),
+        "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
+        "sessions": [{"session": s, "uses": n, "last_at": at} for s, n, at in sessions],
+        "versions": versions,
+    }
+
+
 def cmd_skills_show(app: App, args: argparse.Namespace) -> int:
-    entry = app.library.get(args.name)
+    library = app.select(args.library, skill=args.name)
+    entry = library.get(args.name)
     if entry is None:
-        raise Failure(f"no skill named {args.name}")
-    print(f"# {entry.name} ({entry.owner}, {entry.path})", file=sys.stderr)
+        raise Failure(f"no skill named {args.name} in library {library.name}")
     if entry.error:
         raise Failure(f"{entry.name} is broken: {entry.error}")
-    sys.stdout.write(entry.path.read_text(encoding="utf-8"))
+    text = entry.path.read_text(encoding="utf-8")
+    report = effect(app, library, entry.name)
+    if args.json:
+        print_json_line(
+            {
+                "name": entry.name,
+                "library": library.name,
+                "owner": entry.owner,
+                "path": str(entry.path),
+                "text": text,
+                "effect": report,
+            }
+        )
+        return 0
+    # The file itself on stdout (so it can be piped); what is known of it on stderr.
+    for line in effect_lines(entry.name, library.name, entry.owner, str(entry.path), report):
+        print(f"# {line}", file=sys.stderr)
+    sys.stdout.write(text)
     return 0
+
+
+def effect_lines(
+    name: str, library: str, owner: str, path: str, report: dict[str, Any]
+) -> list[str]:
+    sessions = report["sessions"]
+    lines = [
+        f"{name} ({library}, {owner}, {path})",
+        f"used {report['uses']} times (viewed {report['views']}) since"
+        f" {report['created_at'] or 'an unknown time'}, by {len(sessions)} session"
+        f"{'' if len(sessions) == 1 else 's'} in transcripts;"
+        f" last use {report['last_used_at'] or 'never'}",
+    ]
+    for version in report["versions"]:
+        number = f"v{version['version']} " if version["version"] else ""
+        lines.append(
+            f"{number}{version['event']} {version['at']}"
+            + (f" from {version['session']}" if version["session"] else "")
+            + (f": {version['reason']}" if version["reason"] else "")
+        )
+    return lines
 
 
 def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
@@ -92,40 +177,50 @@ def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
             raise Failure(f"cannot read {args.content_file}: {exc}") from None
     else:
         content = args.content
+    library = app.select(args.library, skill=args.name)
     doc = SkillDoc(
         name=args.name, description=args.description, when_to_use=args.when, body=content
     )
-    result = app.library.write(doc, CLI, force=args.force)
-    print(f"{result.outcome} {result.name} {result.path}")
+    result = library.apply(doc, CLI, force=args.force)
+    outcome = result.kind if hasattr(result, "kind") else "unchanged"
+    print(f"{outcome} {result.name} {result.path}")
     return 0
 
 
 def cmd_skills_delete(app: App, args: argparse.Namespace) -> int:
-    path = app.library.delete(args.name, CLI, force=args.force)
-    print(f"deleted {args.name} {path}")
+    library = app.select(args.library, skill=args.name)
+    deleted = library.delete(args.name, CLI, force=args.force)
+    print(f"deleted {args.name} {deleted.path}")
+    if deleted.kept:
+        kept = ", ".join(deleted.kept)
+        print(f"kept {kept} in {deleted.path.parent} (not written by skilld)", file=sys.stderr)
     return 0
 
 
 def cmd_skills_pin(app: App, args: argparse.Namespace) -> int:
-    app.library.set_pinned(args.name, args.command == "pin", CLI)
+    library = app.select(args.library, skill=args.name)
+    library.set_pinned(args.name, args.command == "pin", CLI)
     print(f"{args.command}ned {args.name}")
     return 0
 
 
 def cmd_skills_archive(app: App, args: argparse.Namespace) -> int:
-    target = app.library.archive(args.name, CLI, reason="by hand", force=args.force)
+    library = app.select(args.library, skill=args.name)
+    target = library.archive(args.name, CLI, reason="by hand", force=args.force)
     print(f"archived {args.name} {target}")
     return 0
 
 
 def cmd_skills_restore(app: App, args: argparse.Namespace) -> int:
-    path = app.library.restore(args.name, CLI)
+    library = app.select(args.library, skill=args.name)
+    path = library.restore(args.name, CLI)
     print(f"restored {args.name} {path}")
     return 0
 
 
 def cmd_skills_history(app: App, args: argparse.Namespace) -> int:
-    versions = app.library.history(args.name)
+    library = app.select(args.library, skill=args.name)
+    versions = library.history(args.name)
     if args.json:
         print_json_line(
             [{"version": v.version, "saved_at": v.saved_at, "path": str(v.path)} for v in versions]
@@ -138,7 +233,8 @@ def cmd_skills_history(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
-    result = app.library.rollback(args.name, CLI, version=args.version, force=args.force)
+    library = app.select(args.library, skill=args.name)
+    result = library.rollback(args.name, CLI, version=args.version, force=args.force)
     print(f"rolled back {result.name} {result.path}")
     return 0
 
@@ -147,9 +243,10 @@ def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_usage(app: App, args: argparse.Namespace) -> int:
-    app.library.check_name(args.name)
-    app.usage.bump(args.name, args.kind)
-    app.usage.flush()
+    library = app.select(args.library, skill=args.name)
+    library.check_name(args.name)
+    library.usage.bump(args.name, args.kind)
+    library.usage.flush()
     return 0
 
 
@@ -164,13 +261,23 @@ def cmd_events(app: App, args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--since: {exc}") from None
     events = app.state.events(
-        kinds=tuple(args.kind or ()), skill=args.skill, since=since, limit=args.limit
+        kinds=tuple(args.kind or ()),
+        skill=args.skill,
+        library=args.library,
+        since=since,
+        limit=args.limit,
     )
     for event in events:
         if args.json:
             print_json_line(event.as_dict())
         else:
-            parts = [event.ts, f"{event.kind:<10}", event.skill or "-", event.session or "-"]
+            parts = [
+                event.ts,
+                f"{event.kind:<10}",
+                event.library or "-",
+                event.skill or "-",
+                event.session or "-",
+            ]
             line = "  ".join(parts)
             if event.reason:
                 line += f"  {event.reason}"
@@ -180,14 +287,25 @@ def cmd_events(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+def _library_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--library", help="the library (default: the only one, or the one holding the skill)"
+    )
+
+
 def register(commands: Any) -> None:
+    from skilld.commands.common import Parser
+
     skills = commands.add_parser("skills", help="list, show and change skills")
     skill_commands = skills.add_subparsers(dest="command", required=True, parser_class=Parser)
     listing = skill_commands.add_parser("list", help="every skill with owner, state and usage")
     listing.add_argument("--json", action="store_true")
+    _library_option(listing)
     listing.set_defaults(handler=cmd_skills_list)
-    show = skill_commands.add_parser("show", help="print a skill file")
+    show = skill_commands.add_parser("show", help="print a skill file and what it did")
     show.add_argument("name")
+    show.add_argument("--json", action="store_true", help="the file, its owner and its effect")
+    _library_option(show)
     show.set_defaults(handler=cmd_skills_show)
     write = skill_commands.add_parser("write", help="create or update a skill")
     write.add_argument("name")
@@ -197,6 +315,7 @@ def register(commands: Any) -> None:
     content.add_argument("--content-file", help="Markdown body from this file")
     content.add_argument("--content", help="Markdown body")
     write.add_argument("--force", action="store_true", help="take over a human-owned skill")
+    _library_option(write)
     write.set_defaults(handler=cmd_skills_write)
     for name, handler, text in (
         ("delete", cmd_skills_delete, "delete a skill (its last version stays in history)"),
@@ -209,6 +328,7 @@ def register(commands: Any) -> None:
     ):
         sub = skill_commands.add_parser(name, help=text)
         sub.add_argument("name")
+        _library_option(sub)
         if name in ("delete", "archive", "rollback"):
             sub.add_argument("--force", action="store_true", help="also act on a human skill")
         if name == "rollback":
@@ -220,12 +340,14 @@ def register(commands: Any) -> None:
     usage = commands.add_parser("usage", help="record a use, view or patch (for agent hooks)")
     usage.add_argument("kind", choices=("use", "view", "patch"))
     usage.add_argument("name")
+    _library_option(usage)
     usage.set_defaults(handler=cmd_usage)
 
     events = commands.add_parser("events", help="the event log, oldest first")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
     events.add_argument("--kind", action="append", help="only this kind (repeatable)")
     events.add_argument("--skill")
+    events.add_argument("--library", help="only events of this library")
     events.add_argument("--since", help="e.g. 30m, 1h, 7d")
     events.add_argument("--limit", type=int, help="the newest N")
     events.set_defaults(handler=cmd_events)

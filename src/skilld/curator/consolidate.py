@@ -33,8 +33,8 @@ from skilld.evolve.safety import risky_patterns
 from skilld.evolve.window import delimit
 from skilld.llm import LLMClient, LLMError
 from skilld.redact import merge_counts, redact
-from skilld.skills.document import SkillDoc
-from skilld.skills.library import LibraryError
+from skilld.skills.document import DESCRIPTION_LIMITS, SkillDoc
+from skilld.skills.library import Library, LibraryError, Unchanged, Written
 from skilld.skills.names import InvalidName, validate_name
 from skilld.skills.usage import COUNT_FIELDS, count_of, report_row
 
@@ -116,8 +116,6 @@ The library ({count} skills):
 {skills}
 
 Reply with the JSON object only."""
-
-_DESCRIPTION_LIMITS: Final = {"dsh": 500, "claude": 1024, "agentskills": 1024}
 
 
 # -- the plan --------------------------------------------------------------------------------
@@ -347,7 +345,7 @@ def build_messages(
     system = SYSTEM_PROMPT.format(
         open_tag=window.open_tag,
         close_tag=window.close_tag,
-        description_limit=_DESCRIPTION_LIMITS.get(dialect, 500),
+        description_limit=DESCRIPTION_LIMITS.get(dialect, 500),
     )
     user = USER_PROMPT.format(count=len(skills), skills=window.delimited)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -384,10 +382,15 @@ class ConsolidationReport:
         }
 
 
-async def consolidate(app: App, llm: LLMClient, *, dry_run: bool = False) -> ConsolidationReport:
-    """Ask the model for a plan over the managed skills; apply it unless `dry_run`."""
-    entries = [e for e in app.library.discover() if e.root == app.library.root]
-    records = app.usage.read()
+async def consolidate(
+    app: App, library: Library, llm: LLMClient, *, dry_run: bool = False
+) -> ConsolidationReport:
+    """Ask the model for a plan over the library's managed skills; apply it unless `dry_run`.
+
+    The usage sidecar's lock (shared with Hermes) is held only around its own
+    read-modify-writes, never across file moves or SQLite commits."""
+    entries = library.entries()
+    records = library.usage.read()
     facts = {
         e.name: SkillFacts(e.name, e.owner, bool((records.get(e.name) or {}).get("pinned")))
         for e in entries
@@ -403,7 +406,7 @@ async def consolidate(app: App, llm: LLMClient, *, dry_run: bool = False) -> Con
         report.reason = "fewer than two managed, unpinned skills"
         return report
     messages = build_messages(
-        listed, dialect=app.config.skills.dialect, budget_chars=app.config.evolve.window_max_chars
+        listed, dialect=library.dialect, budget_chars=app.config.evolve.window_max_chars
     )
     try:
         reply = await llm.chat(messages, json_schema=ACTIONS_SCHEMA, schema_name="curator_actions")
@@ -411,7 +414,10 @@ async def consolidate(app: App, llm: LLMClient, *, dry_run: bool = False) -> Con
         report.status, report.reason = "error", str(exc)
         if not dry_run:
             app.state.add_event(
-                "error", source=CURATOR.source, reason=f"consolidation: LLM call failed: {exc}"
+                "error",
+                library=library.name,
+                source=CURATOR.source,
+                reason=f"consolidation: LLM call failed: {exc}",
             )
         return report
     report.model = reply.model
@@ -421,12 +427,13 @@ async def consolidate(app: App, llm: LLMClient, *, dry_run: bool = False) -> Con
         if not dry_run:
             app.state.add_event(
                 "invalid",
+                library=library.name,
                 source=CURATOR.source,
                 reason=f"consolidation: {parsed.reason}",
                 detail={"raw": parsed.raw, "stage": "consolidation"},
             )
         return report
-    judged = judge_actions(parsed, facts, dialect=app.config.skills.dialect)
+    judged = judge_actions(parsed, facts, dialect=library.dialect)
     if dry_run:
         report.status = "planned"
         report.outcomes = [
@@ -434,16 +441,15 @@ async def consolidate(app: App, llm: LLMClient, *, dry_run: bool = False) -> Con
         ]
         return report
     report.status = "applied"
-    with app.usage.transaction() as usage:
-        for item in judged:
-            if item.refused is not None:
-                report.outcomes.append(_refuse(app, item.action, item.refused))
-            elif isinstance(item.action, Merge):
-                report.outcomes.append(_merge(app, item.action, usage))
-            elif isinstance(item.action, Archive):
-                report.outcomes.append(_archive(app, item.action))
-            else:
-                report.outcomes.append(_outcome(item.action, "applied", None))
+    for item in judged:
+        if item.refused is not None:
+            report.outcomes.append(_refuse(library, item.action, item.refused))
+        elif isinstance(item.action, Merge):
+            report.outcomes.append(_merge(library, item.action, records))
+        elif isinstance(item.action, Archive):
+            report.outcomes.append(_archive(library, item.action))
+        else:
+            report.outcomes.append(_outcome(item.action, "applied", None))
     return report
 
 
@@ -461,10 +467,11 @@ def _outcome(
     return ActionOutcome(action.kind, names, status, reason, detail)
 
 
-def _refuse(app: App, action: Action, reason: str) -> ActionOutcome:
+def _refuse(library: Library, action: Action, reason: str) -> ActionOutcome:
     outcome = _outcome(action, "refused", reason)
-    app.state.add_event(
+    library.state.add_event(
         "consolidation_refused",
+        library=library.name,
         skill=outcome.names[0] if outcome.names else None,
         source=CURATOR.source,
         reason=reason,
@@ -473,12 +480,17 @@ def _refuse(app: App, action: Action, reason: str) -> ActionOutcome:
     return outcome
 
 
-def _merge(app: App, merge: Merge, usage: dict[str, dict[str, Any]]) -> ActionOutcome:
+def _merge(library: Library, merge: Merge, usage: Mapping[str, Any]) -> ActionOutcome:
+    """Write the umbrella skill, archive what it absorbs, and add their counts to it.
+
+    `usage` is the sidecar as the plan saw it: the counts carried over are those the model was
+    shown; the umbrella's own record is updated in one short sidecar transaction."""
     redactions = [redact(text) for text in (merge.description, merge.when_to_use, merge.content)]
     counts = merge_counts(*(r.counts for r in redactions))
     if counts:
-        app.state.add_event(
+        library.state.add_event(
             "redacted",
+            library=library.name,
             skill=merge.into,
             source=CURATOR.source,
             detail={"counts": counts, "stage": "consolidation"},
@@ -486,20 +498,20 @@ def _merge(app: App, merge: Merge, usage: dict[str, dict[str, Any]]) -> ActionOu
     description, when_to_use, content = (r.text for r in redactions)
     risky = risky_patterns(description, when_to_use, content)
     if risky:
-        return _refuse(app, merge, f"the merged skill contains: {', '.join(risky)}")
+        return _refuse(library, merge, f"the merged skill contains: {', '.join(risky)}")
     doc = SkillDoc(
         name=merge.into, description=description, when_to_use=when_to_use or None, body=content
     )
-    try:
-        written = app.library.write(doc, CURATOR, detail={"merged_from": list(merge.sources)})
-    except LibraryError as exc:
-        return _refuse(app, merge, str(exc))
+    written = library.write(doc, CURATOR)
+    library.commit(written, CURATOR, detail={"merged_from": list(merge.sources)})
+    if not isinstance(written, Written | Unchanged):
+        return _refuse(library, merge, written.reason)
     absorbed: list[str] = []
     not_absorbed: dict[str, str] = {}
     added = dict.fromkeys(COUNT_FIELDS, 0)
     for name in merge.sources:
         try:
-            app.library.archive(
+            library.archive(
                 name,
                 CURATOR,
                 reason=f"merged into {merge.into}",
@@ -509,24 +521,27 @@ def _merge(app: App, merge: Merge, usage: dict[str, dict[str, Any]]) -> ActionOu
             # Ownership or a pin changed since the plan was judged: the umbrella stays, this
             # skill stays beside it.
             not_absorbed[name] = str(exc)
-            _refuse(app, Archive(name, f"merged into {merge.into}"), f"not absorbed: {exc}")
+            _refuse(library, Archive(name, f"merged into {merge.into}"), f"not absorbed: {exc}")
             continue
         absorbed.append(name)
         for key in COUNT_FIELDS:
             added[key] += count_of(usage.get(name) or {}, key)
-    umbrella = usage.get(merge.into)
-    if umbrella is not None:
-        for key, value in added.items():
-            umbrella[key] = count_of(umbrella, key) + value
+    if any(added.values()):
+        with library.usage.transaction() as records:
+            umbrella = records.get(merge.into)
+            if umbrella is not None:
+                for key, value in added.items():
+                    umbrella[key] = count_of(umbrella, key) + value
     detail = {
         "into": merge.into,
         "from": absorbed,
         "not_absorbed": not_absorbed,
         "counts_added": added,
-        "outcome": written.outcome,
+        "outcome": written.kind if isinstance(written, Written) else "unchanged",
     }
-    app.state.add_event(
+    library.state.add_event(
         "merged",
+        library=library.name,
         skill=merge.into,
         source=CURATOR.source,
         reason=merge.reason or None,
@@ -535,11 +550,9 @@ def _merge(app: App, merge: Merge, usage: dict[str, dict[str, Any]]) -> ActionOu
     return ActionOutcome("merge", list(merge.names), "applied", merge.reason or None, detail)
 
 
-def _archive(app: App, action: Archive) -> ActionOutcome:
+def _archive(library: Library, action: Archive) -> ActionOutcome:
     try:
-        app.library.archive(
-            action.name, CURATOR, reason=action.reason, detail={"consolidation": True}
-        )
+        library.archive(action.name, CURATOR, reason=action.reason, detail={"consolidation": True})
     except (LibraryError, OSError) as exc:
-        return _refuse(app, action, str(exc))
+        return _refuse(library, action, str(exc))
     return _outcome(action, "applied", None)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +21,7 @@ from skilld.curator.passes import LifecycleReport, read_last_run, run_lifecycle,
 from skilld.fsutil import atomic_write
 from skilld.llm import LLMClient
 from skilld.log import get_logger
+from skilld.skills.library import Library
 
 Clock = Callable[[], datetime]
 Decision = Literal["defer", "due", "wait"]
@@ -43,8 +44,9 @@ class CuratorRun:
     dry_run: bool
     #: Set on the first pass ever: when the first real one will run.
     deferred_until: datetime | None = None
-    lifecycle: LifecycleReport | None = None
-    consolidation: ConsolidationReport | None = None
+    #: One report per library, in the order the libraries were curated.
+    lifecycle: list[LifecycleReport] = field(default_factory=list)
+    consolidation: list[ConsolidationReport] = field(default_factory=list)
     report_path: Path | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -54,8 +56,8 @@ class CuratorRun:
             "deferred_until": (
                 self.deferred_until.isoformat(timespec="seconds") if self.deferred_until else None
             ),
-            "lifecycle": self.lifecycle.as_dict() if self.lifecycle else None,
-            "consolidation": self.consolidation.as_dict() if self.consolidation else None,
+            "lifecycle": [report.as_dict() for report in self.lifecycle],
+            "consolidation": [report.as_dict() for report in self.consolidation],
             "report": str(self.report_path) if self.report_path else None,
         }
 
@@ -66,14 +68,20 @@ async def curate(
     now: datetime,
     dry_run: bool = False,
     llm: LLMClient | None = None,
+    scheduled: bool = False,
+    libraries: Sequence[Library] | None = None,
 ) -> CuratorRun:
-    """One curator run: the lifecycle pass, then consolidation when an `llm` is given.
+    """One curator run over each library: the lifecycle pass, then consolidation when an `llm`
+    is given.
 
-    A dry run reports what would happen and changes nothing, not even the schedule.
+    A dry run reports what would happen and changes nothing, not even the schedule. The
+    daemon's first `scheduled` pass only starts the clock (installing skilld never archives a
+    library at once); a person's run always acts, exactly as its dry run said.
     """
     run = CuratorRun(now, dry_run)
     interval = timedelta(hours=app.config.curator.interval_hours)
-    if schedule_decision(read_last_run(app), now, interval) == "defer" and not dry_run:
+    first = schedule_decision(read_last_run(app), now, interval) == "defer"
+    if scheduled and first and not dry_run:
         write_last_run(app, now)
         run.deferred_until = now + interval
         return run
@@ -81,11 +89,12 @@ async def curate(
         # Claimed before the pass: a pass that keeps failing costs one error per interval,
         # not one per daemon tick.
         write_last_run(app, now)
-    run.lifecycle = run_lifecycle(app, now=now, dry_run=dry_run)
-    if llm is not None:
-        run.consolidation = await consolidate(app, llm, dry_run=dry_run)
-        if not dry_run:
-            write_report(app.config.state.dir / "reports", run)
+    for library in app.all_libraries() if libraries is None else libraries:
+        run.lifecycle.append(run_lifecycle(app, library, now=now, dry_run=dry_run))
+        if llm is not None:
+            run.consolidation.append(await consolidate(app, library, llm, dry_run=dry_run))
+    if llm is not None and not dry_run:
+        write_report(app.config.state.dir / "reports", run)
     return run
 
 
@@ -120,14 +129,14 @@ class ScheduledCurator:
         interval = timedelta(hours=curator.interval_hours)
         if schedule_decision(read_last_run(app), now, interval) == "wait":
             return
-        run = await curate(app, now=now, llm=llm if curator.consolidate else None)
+        run = await curate(app, now=now, llm=llm if curator.consolidate else None, scheduled=True)
         if run.deferred_until is not None:
             self.log.info("curator_deferred", until=run.deferred_until.isoformat())
             return
-        assert run.lifecycle is not None
         self.log.info(
             "curator_pass",
-            transitions=len(run.lifecycle.transitions),
-            failures=len(run.lifecycle.failures),
-            consolidation=run.consolidation.status if run.consolidation else None,
+            libraries=len(run.lifecycle),
+            transitions=sum(len(report.transitions) for report in run.lifecycle),
+            failures=sum(len(report.failures) for report in run.lifecycle),
+            consolidation=[report.status for report in run.consolidation],
         )

@@ -6,7 +6,9 @@ The model answers with exactly one of
      "content": "...", "reason": "..."}
     {"evolve": false, "reason": "..."}
 
-This module owns that shape: the JSON schema sent to servers that support structured output,
+and, where the configuration lets the model choose (`evolve.scope = "auto"`), an optional
+`"scope": "project"` (or `"user"`, the default) in an evolve reply. This module owns that
+shape: the JSON schema sent to servers that support structured output,
 the extraction of the object from a free-form reply, and the shape check. Name rules and length
 limits belong to ``skills.document.validate_skill``; nothing here touches files or the network.
 """
@@ -22,13 +24,16 @@ RAW_REPLY_LIMIT: Final = 2000
 
 _THINK_OPEN: Final = "<think>"
 _THINK_CLOSE: Final = "</think>"
-_DECODER: Final = json.JSONDecoder()
+# strict=False: a raw newline or tab inside a string is common from local servers without a
+# JSON mode, and is what the model meant; refusing it would cost a repair call and the window.
+_DECODER: Final = json.JSONDecoder(strict=False)
 # Where an object can begin: a brace followed by a key or by the closing brace. Trying the
 # decoder only there keeps prose like "{placeholder}" or "{{{{" from costing a failed decode,
 # and every failed decode costs time proportional to its offset (the error computes a line).
 _OBJECT_START: Final = re.compile(r'\{\s*["}]')
 
 _PROPOSAL_KEYS: Final = ("name", "description", "whenToUse", "content", "reason")
+SCOPES: Final = ("user", "project")
 
 CONTRACT_TEXT: Final = (
     "Reply with exactly one JSON object and nothing else, in one of these two shapes:\n"
@@ -86,6 +91,8 @@ class Proposal:
     when_to_use: str
     content: str
     reason: str
+    #: "project": the skill only makes sense in the session's project.
+    scope: str = "user"
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,8 @@ class Violation:
 
 
 def extract_json_object(text: str) -> dict[str, Any] | None:
-    """Return the first complete JSON object of the answer part of ``text``, or None.
+    """Return the answer's JSON object in ``text``: the first complete object of the answer part
+    that carries ``"evolve"``, else its first complete object, else None.
 
     The answer part follows the last ``</think>`` that closes a reasoning block and stops at a
     ``<think>`` that is never closed. Markers quoted inside a JSON string value are part of that
@@ -117,12 +125,12 @@ def extract_json_object(text: str) -> dict[str, Any] | None:
         spans = _object_spans(text)
         answer_start = _reasoning_end(text, spans)
         answer_stop = _unclosed_reasoning_start(text, spans, answer_start)
-        for start, end, value in spans:
-            if start >= answer_start and end <= answer_stop:
-                return value
     except RecursionError:
         return None
-    return None
+    answers = [value for start, end, value in spans if answer_start <= start and end <= answer_stop]
+    # Prose before the answer may hold a JSON example of its own: the answer is the object
+    # that carries "evolve".
+    return next((value for value in answers if "evolve" in value), answers[0] if answers else None)
 
 
 def parse_reply(
@@ -162,20 +170,52 @@ def parse_reply(
         return Violation(
             f"these keys must not be empty when evolve is true: {', '.join(empty)}", raw
         )
+    scope = document.get("scope", "user")
+    if scope not in SCOPES:
+        return Violation(f'"scope" must be "user" or "project", got {scope!r:.40}', raw)
     return Proposal(
         name=document["name"].strip(),
         description=document["description"].strip(),
         when_to_use=document["whenToUse"].strip(),
         content=document["content"],
         reason=document["reason"].strip(),
+        scope=scope,
     )
 
 
-def repair_message(violation: Violation) -> str:
+SCOPE_TEXT: Final = (
+    'An evolve reply may add "scope": "project" when the skill only makes sense in the '
+    'session\'s project (its repository); leave it out, or say "user", for a skill useful '
+    "anywhere."
+)
+
+
+def proposal_schema(*, with_scope: bool) -> dict[str, Any]:
+    """The JSON schema for structured output; with the scope key when the model may set it
+    (strict mode needs every key listed and required, so a user skill says "user")."""
+    if not with_scope:
+        return PROPOSAL_SCHEMA
+    properties = {
+        **PROPOSAL_SCHEMA["properties"],
+        "scope": {
+            "type": "string",
+            "enum": list(SCOPES),
+            "description": '"project" for a skill that only makes sense in this project',
+        },
+    }
+    return {
+        **PROPOSAL_SCHEMA,
+        "properties": properties,
+        "required": [*PROPOSAL_SCHEMA["required"], "scope"],
+    }
+
+
+def repair_message(violation: Violation, *, with_scope: bool = False) -> str:
     """The user message of the single repair request that follows a contract violation."""
+    scope = f"\n{SCOPE_TEXT}" if with_scope else ""
     return (
         "Your previous reply could not be used: "
-        f"{violation.reason}.\n\n{CONTRACT_TEXT}\n\n"
+        f"{violation.reason}.\n\n{CONTRACT_TEXT}{scope}\n\n"
         "Do not wrap the object in prose. Answer again now."
     )
 

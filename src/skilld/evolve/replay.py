@@ -35,18 +35,15 @@ from typing import Any
 
 import httpx
 
-from skilld.app import App, open_app
-from skilld.config import Config, SourceConfig
-from skilld.evolve.supervisor import (
-    Evolver,
-    WindowRecord,
-    backlog,
-    configured_sources,
-    default_sources,
-    llm_settings,
-)
+from skilld.app import App, open_app, routing_of
+from skilld.config import Config, LibraryConfig, SourceConfig
+from skilld.evolve.report import WindowRecord
+from skilld.evolve.supervisor import Evolver, backlog
+from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
-from skilld.skills.library import BUNDLED_MANIFEST, HUB_LOCK, SKILL_FILE
+from skilld.routing import Routing
+from skilld.skills.document import render_skill
+from skilld.skills.library import BUNDLED_MANIFEST, HUB_LOCK, SKILL_FILE, Library
 from skilld.skills.usage import USAGE_FILE
 from skilld.state import Provenance, StateDB
 
@@ -77,6 +74,8 @@ class ReplayOptions:
     source_kind: str | None = None
     limit: int | None = None  # at most this many windows are sent
     dry_run: bool = False
+    #: A system prompt to try instead of skilld's own (same placeholders).
+    system_prompt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +89,19 @@ class WindowRow:
     prompt_tokens: int
     completion_tokens: int
     estimated: bool
-    path: str | None  # the proposal written under --out, if any
+    path: str | None  # the skill file it would become, under --out, if any
+    library: str | None = None
+    merge_calls: int = 0  # of `calls`, those that merged a change into an existing skill
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "session": self.session,
+            "library": self.library,
             "messages": [self.first_message, self.last_message],
             "outcome": self.outcome,
             "skill": self.skill,
             "calls": self.calls,
+            "merge_calls": self.merge_calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "estimated": self.estimated,
@@ -119,12 +122,17 @@ class ReplayReport:
     not_sent: int = 0  # windows that were ready but not sent (limit, spend cap, LLM down)
     stopped: str | None = None  # why windows were left unsent, when they were
     circuit_open: bool = False  # the LLM failed repeatedly and the client stopped calling it
+    outage: str | None = None  # the LLM could not answer (its last failure)
     source_errors: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
         """The LLM failed on some window: the preview is incomplete."""
-        return self.circuit_open or any(row.outcome == "error" for row in self.rows)
+        return (
+            self.circuit_open
+            or self.outage is not None
+            or any(row.outcome == "error" for row in self.rows)
+        )
 
     def totals(self) -> dict[str, Any]:
         outcomes = Counter(row.outcome for row in self.rows)
@@ -133,6 +141,7 @@ class ReplayReport:
         totals: dict[str, Any] = {
             "windows": len(self.rows),
             "calls": sum(row.calls for row in self.rows),
+            "merge_calls": sum(row.merge_calls for row in self.rows),
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
@@ -163,44 +172,71 @@ class ReplayReport:
 # -- the sandbox configuration (pure) -----------------------------------------------------------
 
 
-def replay_sources(config: Config, source_kind: str | None) -> tuple[SourceConfig, ...]:
-    """The sources the daemon would read (configured, else found), optionally of one kind."""
-    specs = config.sources or default_sources()
+def replay_routes(routing: Routing, source_kind: str | None) -> list[SourceConfig]:
+    """The sources the daemon would read (configured, else found), optionally of one kind, each
+    naming its library."""
+    routes = [replace(route.source, library=route.library) for route in routing.routes]
     if source_kind is not None:
-        specs = tuple(spec for spec in specs if spec.kind == source_kind)
-        if not specs:
+        routes = [source for source in routes if source.kind == source_kind]
+        if not routes:
             raise ReplayError(f"no {source_kind} source is configured or found on this machine")
-    if not specs:
+    if not routes:
         raise ReplayError("no transcript source is configured or found on this machine")
-    return specs
+    return routes
 
 
-def sandbox_config(config: Config, options: ReplayOptions) -> Config:
+def sandbox_dir(out: Path, library: str) -> Path:
+    from skilld.routing import storage_key
+
+    return out / "skills" / storage_key(library)
+
+
+def sandbox_config(config: Config, routing: Routing, options: ReplayOptions) -> Config:
     """The daemon's configuration, pointed at `<out>`, reading every window at once.
 
-    `backfill` becomes the `--since` filter (else "all": the sandbox's first run reads every
-    file from its start); no cooldown, so a session's windows follow each other; one attempt
-    per window, so a failing window is reported instead of retried on later ticks. A dry run
-    makes no call, so the spend cap has nothing to count.
+    Every library keeps its rules (dialect, layout, cap, prefix, project dir) and gets a dir
+    under `<out>/skills/`; every source keeps its library. `backfill` becomes the `--since`
+    filter (else "all": the sandbox's first run reads every file from its start); no cooldown,
+    so a session's windows follow each other; one attempt per window, so a failing window is
+    reported instead of retried on later ticks. A dry run makes no call, so the spend cap has
+    nothing to count.
     """
+    libraries = tuple(
+        LibraryConfig(
+            name=spec.name,
+            dir=sandbox_dir(options.out, spec.name),
+            dialect=spec.dialect,  # type: ignore[arg-type]
+            layout=spec.layout,  # type: ignore[arg-type]
+            max_managed=spec.max_managed,
+            name_prefix=spec.name_prefix,
+            project_dir=spec.project_dir or "",
+        )
+        for spec in routing.libraries.values()
+    )
     evolve = replace(
         config.evolve, backfill=options.since or "all", cooldown_seconds=0, max_attempts=1
     )
     llm = replace(config.llm, max_calls_per_hour=0) if options.dry_run else config.llm
+    origins = {key: origin for key, origin in config.origins.items() if key != "skills.dir"}
     return replace(
         config,
-        skills=replace(config.skills, dir=options.out / "skills"),
+        libraries=libraries,
         state=replace(config.state, dir=options.out / "state"),
-        sources=replay_sources(config, options.source_kind),
+        sources=tuple(replay_routes(routing, options.source_kind)),
         evolve=evolve,
         llm=llm,
+        origins=origins,
     )
 
 
 def check_out_dir(out: Path, config: Config) -> None:
     """`--out` must be new or empty, and apart from the real skills and state dirs."""
     resolved = out.resolve()
-    for real, what in ((config.skills.dir, "skills dir"), (config.state.dir, "state dir")):
+    reals = [
+        (spec.dir, f"skills dir of library {name}")
+        for name, spec in routing_of(config).libraries.items()
+    ]
+    for real, what in [*reals, (config.state.dir, "state dir")]:
         real = real.resolve()
         if resolved == real or resolved.is_relative_to(real) or real.is_relative_to(resolved):
             raise ReplayError(f"--out {out} overlaps the real {what} {real}")
@@ -211,14 +247,14 @@ def check_out_dir(out: Path, config: Config) -> None:
 # -- seeding: copies of what the daemon would decide against -------------------------------------
 
 
-def read_provenance(state_db: Path) -> dict[str, Provenance]:
+def read_provenance(state_db: Path) -> list[Provenance]:
     """Provenance rows of the real state.db, which is never written.
 
     The connection is query-only and never creates the file; the rows are read from a backup
     in a temporary file, so that the real database is opened by no code that could migrate it.
     """
     if not state_db.is_file():
-        return {}
+        return []
     with tempfile.TemporaryDirectory(prefix="skilld-replay-") as scratch:
         snapshot = Path(scratch) / "state.db"
         source = sqlite3.connect(f"{state_db.resolve().as_uri()}?mode=rw", uri=True)
@@ -232,7 +268,8 @@ def read_provenance(state_db: Path) -> dict[str, Provenance]:
         finally:
             source.close()
         with StateDB(snapshot) as copy:
-            return copy.all_provenance()
+            rows = copy.conn.execute("SELECT * FROM provenance").fetchall()
+            return [Provenance(**dict(row)) for row in rows]
 
 
 def seed_library(real_root: Path, sandbox_root: Path) -> list[tuple[str, Path]]:
@@ -266,7 +303,7 @@ def seed_library(real_root: Path, sandbox_root: Path) -> list[tuple[str, Path]]:
     return seeded
 
 
-def _skill_files(root: Path) -> Iterator[tuple[str, Path]]:
+def _skill_files(root: Path, depth: int = 3) -> Iterator[tuple[str, Path]]:
     try:
         children = sorted(os.scandir(root), key=lambda entry: entry.name)
     except OSError:
@@ -277,23 +314,35 @@ def _skill_files(root: Path) -> Iterator[tuple[str, Path]]:
         if child.is_dir():
             if (Path(child.path) / SKILL_FILE).exists():
                 yield child.name, Path(child.name) / SKILL_FILE
+            elif depth > 1 and not child.is_symlink():  # a category folder (Hermes)
+                for name, relative in _skill_files(Path(child.path), depth - 1):
+                    yield name, Path(child.name) / relative
         elif child.name.endswith(".md") and child.is_file():
             yield child.name[:-3], Path(child.name)
 
 
-def seed_provenance(app: App, seeded: list[tuple[str, Path]], real: dict[str, Provenance]) -> None:
+def seed_provenance(
+    library: Library, real_root: Path, seeded: list[tuple[str, Path]], real: list[Provenance]
+) -> None:
     """Skills skilld wrote stay skilld's in the sandbox: same hashes, the copies' paths.
 
     Only ownership is carried over, not the window each skill came from: a provenance row
-    naming a session and a message range with no write event beside it is what a write cut
-    short by a crash looks like, and the sandbox would "finish" it instead of asking the model.
+    naming a session and a message range is what a write cut short by a crash looks like.
     """
-    with app.state.transaction():
+    prefix = str(real_root).rstrip("/") + "/"
+    mine = {
+        record.name: record
+        for record in real
+        if record.library == library.name
+        or (record.library == "" and record.path.startswith(prefix))
+    }
+    with library.state.transaction():
         for name, path in seeded:
-            record = real.get(name)
+            record = mine.get(name)
             if record is None:
                 continue
-            app.state.put_provenance(
+            library.state.put_provenance(
+                library.name,
                 name,
                 path=str(path),
                 sha256=record.sha256,
@@ -328,23 +377,31 @@ class DeclineTransport(httpx.AsyncBaseTransport):
 
 async def run_replay(config: Config, options: ReplayOptions) -> ReplayReport:
     """Replay into `options.out` (which `check_out_dir` accepted). Raises ReplayError."""
-    sandbox = sandbox_config(config, options)
+    routing = routing_of(config)
+    sandbox = sandbox_config(config, routing, options)
     real_provenance = read_provenance(config.state.dir / "state.db")
-    seeded = seed_library(config.skills.dir, sandbox.skills.dir)
-    sources = configured_sources(sandbox)
+    seeded = {
+        name: seed_library(spec.dir, sandbox_dir(options.out, name))
+        for name, spec in routing.libraries.items()
+    }
     report = ReplayReport(
         dry_run=options.dry_run,
         out=options.out,
-        sources=[sid for sid, _ in sources],
+        sources=[],
         since=options.since,
-        seeded_skills=len(seeded),
+        seeded_skills=sum(len(files) for files in seeded.values()),
         max_calls_per_hour=config.llm.max_calls_per_hour,
     )
     transport = DeclineTransport() if options.dry_run else None
-    with open_app(sandbox, prepare=True) as app:
-        seed_provenance(app, seeded, real_provenance)
+    with open_app(sandbox, prepare=True, project_home=options.out / "projects") as app:
+        for name, files in seeded.items():
+            seed_provenance(
+                app.libraries[name], routing.libraries[name].dir, files, real_provenance
+            )
+        bindings = bind_sources(sandbox, app.routing)
+        report.sources = [binding.id for binding in bindings]
         async with LLMClient(llm_settings(sandbox), transport=transport) as llm:
-            evolver = Evolver(app, llm, sources)
+            evolver = Evolver(app, llm, bindings, system_prompt=options.system_prompt)
             evolver.window_allowance = options.limit
             records: list[WindowRecord] = []
             errors: dict[str, None] = {}  # each source error once, however many ticks saw it
@@ -352,6 +409,9 @@ async def run_replay(config: Config, options: ReplayOptions) -> ReplayReport:
                 tick = await evolver.tick()
                 records.extend(tick.records)
                 errors.update(dict.fromkeys(tick.source_errors))
+                if tick.outage is not None:
+                    report.outage = tick.outage
+                    break  # the LLM cannot answer: what is left is reported as not sent
                 if not tick.records:
                     break  # nothing was ready, or the limit or the LLM stopped the run
             health = llm.health()
@@ -360,13 +420,13 @@ async def run_replay(config: Config, options: ReplayOptions) -> ReplayReport:
         # oldest session first, each session's windows in order.
         mtimes = {key: _session_mtime(app, key) for key in {r.session for r in records}}
         records.sort(key=lambda r: (mtimes[r.session], r.session, r.first_message))
-        report.rows = [_row(record, app, options.dry_run) for record in records]
+        report.rows = [_row(record, app, options) for record in records]
         for event in app.state.events(kinds=("redacted",)):
             report.redactions.update(event.detail.get("counts", {}))
         report.circuit_open = health.get("circuit") != "closed"
-        report.not_sent = backlog(app)["windows"]
+        report.not_sent = backlog(app, bindings)["windows"]
         if report.not_sent:
-            report.stopped = _why_stopped(evolver, health, options.limit)
+            report.stopped = _why_stopped(evolver, health, options.limit, report.outage)
     return report
 
 
@@ -375,32 +435,51 @@ def _session_mtime(app: App, key: str) -> float:
     return session.mtime if session is not None and session.mtime is not None else 0.0
 
 
-def _row(record: WindowRecord, app: App, dry_run: bool) -> WindowRow:
+def _row(record: WindowRecord, app: App, options: ReplayOptions) -> WindowRow:
     spend = record.spend
-    path: str | None = None
-    if record.outcome in WRITTEN and record.skill is not None:
-        if record.outcome == "staged":
-            path = str(app.config.state.dir / "pending" / f"{record.skill}.json")
-        elif (entry := app.library.get(record.skill)) is not None:
-            path = str(entry.path)
+    path = record.path if record.outcome in WRITTEN else None
+    if record.outcome == "staged" and path is not None and record.skill is not None:
+        path = str(_render_staged(app, Path(path), options.out))
     return WindowRow(
         session=record.session,
         first_message=record.first_message,
         last_message=record.last_message,
-        outcome="would send" if dry_run else record.outcome,
+        outcome="would send" if options.dry_run else record.outcome,
         skill=record.skill,
         # A dry run's "reply" is the in-process decline: nothing was called or generated.
-        calls=0 if dry_run else spend.calls,
+        calls=0 if options.dry_run else spend.calls,
         prompt_tokens=spend.prompt_tokens,
-        completion_tokens=0 if dry_run else spend.completion_tokens,
-        estimated=dry_run or spend.estimated,
+        completion_tokens=0 if options.dry_run else spend.completion_tokens,
+        estimated=options.dry_run or spend.estimated,
         path=path,
+        library=record.library,
+        merge_calls=spend.merge_calls,
     )
 
 
-def _why_stopped(evolver: Evolver, health: dict[str, Any], limit: int | None) -> str:
+def _render_staged(app: App, staged_json: Path, out: Path) -> Path:
+    """A staged proposal as the skill file it would become once approved, under
+    `<out>/staged/<library>/`: what a person diffs between two prompts."""
+    from skilld.evolve.review import _read
+
+    item = _read(staged_json)
+    if item is None:
+        return staged_json
+    spec = app.routing.libraries.get(item.library.partition("@")[0])
+    dialect = spec.dialect if spec is not None else "dsh"
+    target = out / "staged" / staged_json.parent.name / item.name / SKILL_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_skill(item.doc(), dialect), encoding="utf-8")
+    return target
+
+
+def _why_stopped(
+    evolver: Evolver, health: dict[str, Any], limit: int | None, outage: str | None
+) -> str:
     if limit is not None and evolver.window_allowance == 0:
         return f"--limit {limit} reached"
+    if outage is not None:
+        return f"the LLM could not answer: {outage}"
     if health.get("circuit") != "closed":
         error = (health.get("last_error") or {}).get("message") or "repeated failures"
         return f"the LLM circuit opened: {error}"

@@ -1,7 +1,8 @@
-"""Staged proposals awaiting a person: `<state_dir>/pending/<name>.json`.
+"""Staged proposals awaiting a person: `<state_dir>/pending/<library>/<name>.json`.
 
-`publish = "review"` stages every proposal here; risky content is staged even in auto mode.
-Approving writes through the library, under the same ownership rules as any other write.
+`publish = "review"` stages every proposal here; risky content is staged even in auto mode, and
+so is a project skill for a project skilld may not write into. Approving writes through the
+library, under the same ownership rules as any other write.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from skilld.fsutil import atomic_write, check_component
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import Library, Origin, WriteResult
+from skilld.skills.library import Origin
 from skilld.state import utc_now_iso
 
 
@@ -25,9 +26,12 @@ class Staged:
     when_to_use: str | None
     content: str
     reason: str  # why the model proposed it
-    held_because: str  # "review mode" or the risky patterns found
+    held_because: str  # "review mode", the risky patterns found, or "project not allowed"
     origin: dict[str, Any]
     staged_at: str
+    library: str = ""
+    #: For a project skill: the project root whose skills dir it was meant for.
+    project_root: str | None = None
 
     def doc(self) -> SkillDoc:
         return SkillDoc(
@@ -42,11 +46,20 @@ class ReviewQueue:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    def _path(self, name: str) -> Path:
-        return self.folder / f"{check_component(name)}.json"
+    def _path(self, storage_key: str, name: str) -> Path:
+        return self.folder / check_component(storage_key) / f"{check_component(name)}.json"
 
-    def stage(self, doc: SkillDoc, origin: Origin, *, reason: str, held_because: str) -> Path:
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def stage(
+        self,
+        doc: SkillDoc,
+        origin: Origin,
+        *,
+        library: str,
+        storage_key: str,
+        reason: str,
+        held_because: str,
+        project_root: Path | None = None,
+    ) -> Path:
         staged = Staged(
             name=doc.name,
             description=doc.description,
@@ -56,46 +69,52 @@ class ReviewQueue:
             held_because=held_because,
             origin=asdict(origin),
             staged_at=utc_now_iso(),
+            library=library,
+            project_root=str(project_root) if project_root is not None else None,
         )
-        path = self._path(doc.name)
+        path = self._path(storage_key, doc.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(asdict(staged), ensure_ascii=False, indent=2) + "\n")
         return path
 
-    def list(self) -> list[Staged]:
+    def list(self) -> list[tuple[Path, Staged]]:
+        """Every staged proposal with its file, by library then name."""
         staged = []
-        try:
-            names = sorted(os.listdir(self.folder))
-        except FileNotFoundError:
-            return []
-        for file_name in names:
-            if file_name.endswith(".json") and not file_name.startswith("."):
-                item = self.get(file_name[:-5])
-                if item is not None:
-                    staged.append(item)
+        for file in sorted(self._files()):
+            item = _read(file)
+            if item is not None:
+                staged.append((file, item))
         return staged
 
-    def get(self, name: str) -> Staged | None:
+    def find(self, name: str) -> list[tuple[Path, Staged]]:
+        return [(file, item) for file, item in self.list() if item.name == name]
+
+    def remove(self, file: Path) -> None:
+        file.unlink(missing_ok=True)
+
+    def _files(self) -> list[Path]:
         try:
-            data = json.loads(self._path(name).read_text(encoding="utf-8"))
-            return Staged(**data)
-        except (OSError, ValueError, TypeError):
-            return None
+            folders = list(os.scandir(self.folder))
+        except FileNotFoundError:
+            return []
+        files = []
+        for entry in folders:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                files += [
+                    Path(child.path)
+                    for child in os.scandir(entry.path)
+                    if child.name.endswith(".json") and not child.name.startswith(".")
+                ]
+            elif entry.name.endswith(".json"):
+                files.append(Path(entry.path))  # staged before libraries existed
+        return files
 
-    def approve(self, name: str, library: Library, *, cap: int | None = None) -> WriteResult:
-        staged = self.get(name)
-        if staged is None:
-            raise KeyError(name)
-        origin = Origin(**{**staged.origin, "source": "review"})
-        result = library.write(staged.doc(), origin, cap=cap)
-        library.state.add_event(
-            "approved", skill=name, source="cli", detail={"outcome": result.outcome}
-        )
-        self._path(name).unlink(missing_ok=True)
-        return result
 
-    def reject(self, name: str, library: Library) -> None:
-        path = self._path(name)
-        if not path.exists():
-            raise KeyError(name)
-        path.unlink()
-        library.state.add_event("rejected", skill=name, source="cli")
+def _read(file: Path) -> Staged | None:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        return Staged(**data)
+    except (OSError, ValueError, TypeError):
+        return None

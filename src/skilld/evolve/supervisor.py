@@ -1,9 +1,23 @@
-"""One tick of the evolution loop (DESIGN.md §5): read, gate, reflect, settle.
+"""One tick of the evolution loop (DESIGN.md §5): ingest, gate, reflect, settle.
 
 I/O lives here, at the edge; every decision it acts on comes from a pure function (gates,
-contract, validation, similarity, safety). The order of a settlement is fixed: the skill file is
-written first, then the outcome's event and the session's watermark commit in one transaction,
-so a crash can at worst repeat a reflection, whose write is idempotent.
+contract, judging, similarity, safety). The order of things is fixed so that nothing is lost
+and nothing is paid for twice:
+
+1. *Ingest*: each source's new messages are held in state.db with its cursor.
+2. *Gate*: a session whose held messages pass the gates yields windows.
+3. *Reflect*: a window goes to the model. A proposal is *kept* in state.db in the same
+   transaction that moves the session's watermark past the window: from then on the answer is
+   paid for and safe, whatever happens to the write.
+4. *Settle*: a kept proposal is judged against its library (ownership, near-duplicates, a
+   merge into the current text of the skill it changes, the cap) and written; its event commits
+   together with the proposal's removal. A proposal that cannot be written yet (the cap, a full
+   disk, the LLM down for its merge) stays kept and is settled again on a later tick, with no
+   new reflection.
+
+Whose fault is a failure? Only the window's own (a 400 that names the request, a reply that
+breaks the contract after its repair) counts toward `max_attempts`. An outage of the LLM or a
+failed write of this machine never gives up a window: it waits until the fault is gone.
 """
 
 from __future__ import annotations
@@ -11,202 +25,92 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from skilld.app import App
-from skilld.config import Config, SourceConfig, backfill_cutoff
-from skilld.evolve.contract import (
-    PROPOSAL_SCHEMA,
-    Decline,
-    Proposal,
-    Violation,
-    parse_reply,
-    repair_message,
+from skilld.config import backfill_cutoff
+from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
+from skilld.evolve.gates import (
+    Deferred,
+    GateSettings,
+    decide,
+    held_after_append,
+    held_after_consume,
+    summarise,
 )
-from skilld.evolve.gates import Deferred, GateSettings, decide
-from skilld.evolve.prompt import PROMPT_VERSION, build_messages
+from skilld.evolve.judge import (
+    Failed,
+    Invalid,
+    Propose,
+    Rules,
+    Skip,
+    Verdict,
+    hold_reason,
+    is_windows_fault,
+    judge_reply,
+    near_duplicate,
+    redirect,
+)
+from skilld.evolve.prompt import (
+    PROMPT_VERSION,
+    PromptSettings,
+    build_merge_messages,
+    build_messages,
+)
+from skilld.evolve.report import MAX_REPORTED_SOURCE_ERRORS, Spend, TickReport, WindowRecord
 from skilld.evolve.review import ReviewQueue
-from skilld.evolve.safety import risky_patterns
-from skilld.evolve.similar import Candidate, closest
 from skilld.evolve.window import (
     decode_message,
     delimit,
     encode_message,
-    estimate_tokens,
     render_window,
     split_window,
 )
-from skilld.llm import LLMClient, LLMError, LLMReply, LLMSettings
+from skilld.evolve.wiring import SourceBinding
+from skilld.llm import LLMClient, LLMError
 from skilld.log import get_logger
-from skilld.redact import merge_counts, redact
-from skilld.skills.document import InvalidSkill, SkillDoc, validate_skill
-from skilld.skills.library import CapReached, LibraryError, Origin, Protected
-from skilld.skills.names import InvalidName, apply_prefix
-from skilld.state import Provenance, SessionState
-from skilld.transcripts.model import Message, Source
+from skilld.redact import redact
+from skilld.routing import project_root_of
+from skilld.skills.document import SkillDoc, same_text
+from skilld.skills.library import Library, Origin, Refused, Unchanged, WriteFailed, Written
+from skilld.state import Held, KeptProposal, SessionState, StateDB
+from skilld.transcripts.model import Message
 from skilld.transcripts.normalise import cut_text
-from skilld.transcripts.registry import build_source, default_path, default_sources
 from skilld.transcripts.usage_inference import infer_skill_uses
 
-#: How many source errors a tick keeps for `status`; the total is always counted.
-MAX_REPORTED_SOURCE_ERRORS = 100
-
-#: LLM failures that say nothing about this window: no attempt is counted for them.
-_NOT_THE_WINDOWS_FAULT = frozenset({"circuit_open", "budget"})
-
-
-def llm_settings(config: Config) -> LLMSettings:
-    llm = config.llm
-    return LLMSettings(
-        base_url=llm.base_url,
-        model=llm.model,
-        api_key=llm.api_key(),
-        timeout_seconds=llm.timeout_seconds,
-        max_retries=llm.max_retries,
-        response_format=llm.response_format,
-        max_concurrency=llm.max_concurrency,
-        max_calls_per_hour=llm.max_calls_per_hour,
-        temperature=llm.temperature,
-        max_tokens=llm.max_tokens,
-    )
-
-
-def configured_sources(config: Config) -> list[tuple[str, Source]]:
-    """(source id, source) for each configured source, or the zero-config defaults."""
-    specs = config.sources or default_sources()
-    built = []
-    for spec in specs:
-        source = build_source(
-            spec.kind,
-            spec.path or default_path(spec.kind),
-            glob=spec.glob or None,
-            include_subagents=spec.include_subagents,
-            tool_result_max_chars=config.evolve.tool_result_max_chars,
-            max_line_bytes=config.evolve.max_line_bytes,
-        )
-        built.append((source_id(spec, source), source))
-    return built
-
-
-def source_id(spec: SourceConfig, source: Source) -> str:
-    return f"{spec.kind}:{spec.path or default_path(spec.kind)}"
-
-
-# -- verdicts: what a reflection concluded, before anything is written ------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Propose:
-    doc: SkillDoc
-    reason: str
-    near_duplicate_of: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Skip:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    reason: str
-    raw: str
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    error: LLMError
-
-
-@dataclass(frozen=True, slots=True)
-class Interrupted:
-    """A write this window made before a crash, whose event never committed."""
-
-    record: Provenance
-
-
-Verdict = Propose | Skip | Invalid | Failed | Interrupted
+#: state.db meta: the wall-clock times of the LLM calls of the last hour (the spend cap).
+SPEND_KEY = "llm_spend"
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
+    """One window of one session."""
+
     session: str
-    source_kind: str
+    source: str  # the source kind
+    library: str  # the user library the session learns into
     messages: tuple[Message, ...]
     first_message: int  # index in the session of the window's first message
+    cwd: str | None = None
 
     @property
     def last_message(self) -> int:
         return self.first_message + len(self.messages) - 1
 
 
-@dataclass
-class Spend:
-    """What the LLM calls of one window cost, from the server's `usage` or else estimated."""
+class Outage(Exception):
+    """The LLM cannot answer now (down, refusing our key or model, the spend cap, an open
+    circuit). Ends the tick's LLM work; nothing is given up."""
 
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    estimated: bool = False  # some count is an estimate: the server sent no usage
-
-    def add(self, reply: LLMReply, messages: list[dict[str, Any]]) -> None:
-        self.calls += reply.attempts
-        prompt = reply.usage.get("prompt_tokens")
-        completion = reply.usage.get("completion_tokens")
-        if prompt is None or completion is None:
-            self.estimated = True
-        if prompt is None:
-            prompt = estimate_tokens("\n".join(str(m.get("content", "")) for m in messages))
-        if completion is None:
-            completion = estimate_tokens(reply.content or "")
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-
-
-@dataclass(frozen=True, slots=True)
-class WindowRecord:
-    """One settled window: what came of it and what it cost (`skilld replay` reports these)."""
-
-    session: str
-    source: str
-    first_message: int
-    last_message: int
-    outcome: str
-    skill: str | None
-    spend: Spend
-
-
-@dataclass
-class TickReport:
-    started_at: float
-    duration: float = 0.0
-    sessions_read: int = 0
-    messages_read: int = 0
-    windows: int = 0
-    llm_calls: int = 0
-    skipped_lines: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    deferred: Counter[str] = field(default_factory=Counter)
-    source_errors: list[str] = field(default_factory=list)
-    records: list[WindowRecord] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "started_at": self.started_at,
-            "duration_seconds": round(self.duration, 3),
-            "sessions_read": self.sessions_read,
-            "messages_read": self.messages_read,
-            "windows": self.windows,
-            "llm_calls": self.llm_calls,
-            "skipped_lines": self.skipped_lines,
-            "outcomes": dict(self.outcomes),
-            "deferred": dict(self.deferred),
-            "source_errors": self.source_errors[:MAX_REPORTED_SOURCE_ERRORS],
-            "source_errors_total": len(self.source_errors),
-        }
+    def __init__(self, error: LLMError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class Evolver:
@@ -214,17 +118,20 @@ class Evolver:
         self,
         app: App,
         llm: LLMClient,
-        sources: list[tuple[str, Source]],
+        sources: list[SourceBinding],
         *,
         clock: Callable[[], float] = time.time,
+        system_prompt: str | None = None,
     ) -> None:
         self.app = app
         self.config = app.config
         self.llm = llm
         self.sources = sources
         self.clock = clock
+        self.system_prompt = system_prompt
         self.review = ReviewQueue(self.config.state.dir / "pending")
         self.log = get_logger("skilld.evolve")
+        self._by_id = {binding.id: binding for binding in sources}
         #: An open circuit is reported once per opening, not once per tick it stays open.
         self._circuit_reported = False
         #: Windows this evolver may still send to the LLM (None: no limit; `replay --limit`).
@@ -237,9 +144,14 @@ class Evolver:
 
     async def tick(self) -> TickReport:
         report = TickReport(started_at=self.clock())
-        for sid, source in self.sources:
-            await self._ingest(sid, source, report)
-        await self._reflect_pending(report)
+        for binding in self.sources:
+            await self._ingest(binding, report)
+        outage = await self._settle_kept(report)
+        if outage is None:
+            outage = await self._reflect_ready(report)
+        if outage is not None:
+            report.outage = str(outage.error)
+            self._report_outage(outage, report)
         report.duration = self.clock() - report.started_at
         self._record_tick(report)
         return report
@@ -250,17 +162,43 @@ class Evolver:
             state.set_meta("last_tick", report.as_dict())
             state.set_meta("heartbeat", self.clock())
             state.set_meta("llm_health", self.llm.health())
+            state.set_meta(SPEND_KEY, self.llm.spend_record())
             total = state.get_meta("skipped_lines_total", 0) + report.skipped_lines
             state.set_meta("skipped_lines_total", total)
             # The last tick's errors, also when there are none: a fixed file stops being listed.
             state.set_meta("source_errors", report.source_errors[:MAX_REPORTED_SOURCE_ERRORS])
             state.set_meta("source_errors_total", len(report.source_errors))
-        self.app.usage.flush()
 
-    # -- reading -----------------------------------------------------------------------------
+    def _report_outage(self, outage: Outage, report: TickReport) -> None:
+        """One event per tick for an outage (one per opening while the circuit stays open),
+        never one per session: the windows themselves are not at fault."""
+        if self.llm.health().get("circuit") == "closed":
+            self._circuit_reported = False
+        error = outage.error
+        if error.kind == "circuit_open":
+            if self._circuit_reported:
+                return
+            self._circuit_reported = True
+        waiting = report.deferred["llm unavailable"]
+        kind = "deferred" if error.kind == "budget" else "error"
+        self.app.state.add_event(
+            kind,
+            reason=str(error),
+            detail={
+                "kind": error.kind,
+                "status": error.status,
+                "windows_waiting": waiting,
+                "llm": {
+                    k: v for k, v in self.llm.health().items() if k in ("circuit", "last_error")
+                },
+            },
+        )
 
-    async def _ingest(self, sid: str, source: Source, report: TickReport) -> None:
+    # -- ingest ------------------------------------------------------------------------------
+
+    async def _ingest(self, binding: SourceBinding, report: TickReport) -> None:
         state = self.app.state
+        sid = binding.id
         started_key = f"source_started:{sid}"
         first_time = not state.get_meta(started_key, False)
         cutoff = backfill_cutoff(self.config.evolve.backfill, self.clock()) if first_time else None
@@ -268,37 +206,44 @@ class Evolver:
         if cursors is None:
             cursors = self._cursors[sid] = state.cursors(sid)
         scan = await anyio.to_thread.run_sync(
-            lambda: source.scan(cursors, start_new_at_end_before=cutoff)
+            lambda: binding.source.scan(cursors, start_new_at_end_before=cutoff)
         )
         report.skipped_lines += scan.skipped_lines + sum(r.skipped_lines for r in scan.reads)
         report.source_errors.extend(scan.errors)
-        uses: list[str] = []
-        skills_dir = self.config.skills.dir
+        now = self.clock()
+        uses: list[tuple[str, str, str | None]] = []  # (skill, session, cwd)
+        library = self.app.libraries[binding.library]
         with state.transaction():
             for read in scan.reads:
                 session = state.session(read.session) or SessionState(
                     key=read.session,
                     source=sid,
                     cursor={},
-                    reflected=0,
-                    pending=[],
+                    held=Held(),
                     last_reflect_at=None,
                     attempts=0,
                     label=read.label,
                     mtime=read.mtime,
                 )
+                held = session.held
                 if read.reset:
-                    # The file was replaced: what was pending came from a file that is gone.
-                    session.pending = []
-                session.pending.extend(encode_message(m) for m in read.messages)
+                    # The file was replaced: what was held came from a file that is gone.
+                    state.drop_held(read.session)
+                    held = Held(start=held.start, last_append_at=held.last_append_at)
+                if read.messages:
+                    encoded = [encode_message(m) for m in read.messages]
+                    state.append_held(read.session, held.end, encoded)
+                    held = held_after_append(held, read.messages, now=now)
+                session.held = held
                 session.cursor = cursors[read.session] = dict(read.cursor)
                 session.mtime = read.mtime if read.mtime is not None else session.mtime
                 session.label = read.label or session.label
+                session.cwd = getattr(read, "cwd", None) or session.cwd
                 state.save_session(session)
                 report.sessions_read += 1 if read.messages else 0
                 report.messages_read += len(read.messages)
-                uses.extend(read.skill_uses)
-                uses.extend(infer_skill_uses(read.messages, skills_dir))
+                names = [*read.skill_uses, *infer_skill_uses(read.messages, library.root)]
+                uses += [(name, read.session, session.cwd) for name in names]
             gone = cursors.keys() - scan.seen
             if gone:
                 for key in state.forget_sessions(sid, gone):
@@ -308,161 +253,289 @@ class Evolver:
                 # the backfill policy still applies to the files it will find once readable.
                 state.set_meta(started_key, True)
         if uses:
-            known = {entry.name for entry in self.app.library.discover()}
-            bumps = [(name, "use") for name in uses if name in known]
-            if bumps:
-                self.app.usage.bump_many(bumps)
+            self._count_uses(library, uses)
 
-    # -- gating and reflecting ----------------------------------------------------------------
+    def _count_uses(self, user: Library, uses: list[tuple[str, str, str | None]]) -> None:
+        """Bump each used skill in the library that holds it: the session's project library
+        when the name is there, else its user library; unknown names are not skills."""
+        by_library: dict[str, tuple[Library, Counter[tuple[str, str]]]] = {}
+        names = {entry.name for entry in user.discover(parse=False)}
+        for name, session, cwd in uses:
+            project = self._project_library(user, cwd, existing_only=True)
+            if project is not None and project.entry(name) is not None:
+                target = project
+            elif name in names:
+                target = user
+            else:
+                continue
+            by_library.setdefault(target.name, (target, Counter()))[1][(name, session)] += 1
+        at = datetime.fromtimestamp(self.clock(), UTC).isoformat(timespec="seconds")
+        for library, counts in by_library.values():
+            library.usage.bump_many(
+                [(name, "use") for (name, _), n in counts.items() for _ in range(n)]
+            )
+            self.app.state.record_uses(library.name, counts, at)
+
+    # -- gate and reflect ----------------------------------------------------------------------
 
     def _gate_settings(self) -> GateSettings:
+        evolve = self.config.evolve
         return GateSettings(
-            min_messages=self.config.evolve.min_messages,
-            cooldown_seconds=self.config.evolve.cooldown_seconds,
+            min_messages=evolve.min_messages,
+            cooldown_seconds=evolve.cooldown_seconds,
+            turn_timeout_seconds=evolve.turn_timeout_seconds,
         )
 
-    async def _reflect_pending(self, report: TickReport) -> None:
+    def _jobs(self, session: SessionState, binding: SourceBinding, report: TickReport) -> list[Job]:
+        """The session's windows, if its held messages pass the gates."""
+        if session.held.conversational < 0:  # carried over from an older state.db
+            session.held = summary_of(self.app.state, session)
+            self.app.state.save_session(session)
+        windows = ready_windows(
+            self.app.state,
+            session,
+            self._gate_settings(),
+            self.config.evolve.window_max_chars,
+            now=self.clock(),
+        )
+        if isinstance(windows, Deferred):
+            report.deferred[windows.reason] += 1
+            return []
+        jobs, first = [], session.held.start
+        for chunk in windows:
+            jobs.append(
+                Job(session.key, binding.kind, binding.library, tuple(chunk), first, session.cwd)
+            )
+            first += len(chunk)
+        return jobs
+
+    async def _reflect_ready(self, report: TickReport) -> Outage | None:
         state = self.app.state
-        settings = self._gate_settings()
-        cap = self.config.skills.max_managed
-        pending_keys = state.sessions_with_pending()
-        if not pending_keys:
-            return
-        managed = len(self.app.library.managed_names())
-        stop = anyio.Event()  # set when the LLM is unavailable for the rest of the tick
         limiter = anyio.CapacityLimiter(max(1, self.config.llm.max_concurrency))
-        tick_failures: Counter[str] = Counter()
+        outages: list[Outage] = []
 
         async def run_session(session: SessionState, jobs: list[Job]) -> None:
             async with limiter:
-                for job in jobs:
-                    if stop.is_set():
-                        report.deferred["llm unavailable"] += 1
+                for index, job in enumerate(jobs):
+                    if outages:
+                        report.deferred["llm unavailable"] += len(jobs) - index
                         return
                     if self.window_allowance is not None:
                         if self.window_allowance <= 0:
                             report.deferred["window limit"] += 1
                             return
                         self.window_allowance -= 1
-                    spend = Spend()
-                    interrupted = self._interrupted_write(job)
-                    if interrupted is not None:
-                        job, verdict = interrupted
-                    else:
-                        verdict = await self._ask(job, report, spend)
-                    if isinstance(verdict, Failed) and verdict.error.kind in _NOT_THE_WINDOWS_FAULT:
-                        tick_failures[verdict.error.kind] += 1
-                        stop.set()
+                    try:
+                        await self._reflect(session, job, report)
+                    except Outage as outage:
+                        outages.append(outage)
+                        report.deferred["llm unavailable"] += len(jobs) - index
                         return
-                    outcome = self._settle(session, job, verdict)
-                    report.outcomes[outcome] += 1
-                    skill = (
-                        verdict.doc.name
-                        if isinstance(verdict, Propose)
-                        else verdict.record.name
-                        if isinstance(verdict, Interrupted)
-                        else None
-                    )
-                    report.records.append(
-                        WindowRecord(
-                            job.session,
-                            job.source_kind,
-                            job.first_message,
-                            job.last_message,
-                            outcome,
-                            skill,
-                            spend,
-                        )
-                    )
-                    if outcome in ("error", "cap") or interrupted is not None:
-                        return  # an interrupted window may be shorter: the rest waits a tick
 
         async with anyio.create_task_group() as group:
-            for key in pending_keys:
+            for key in state.sessions_with_pending():
                 session = state.session(key)
                 if session is None:
                     continue
-                if session.hold == "cap" and managed >= cap:
-                    report.deferred["at the cap"] += 1
+                binding = self._by_id.get(session.source)
+                if binding is None:
+                    report.deferred["source not configured"] += 1
                     continue
-                pending = [decode_message(m) for m in session.pending]
-                decision = decide(
-                    pending,
-                    last_reflect_at=session.last_reflect_at,
-                    now=self.clock(),
-                    settings=settings,
-                )
-                if isinstance(decision, Deferred):
-                    report.deferred[decision.reason] += 1
-                    continue
-                jobs = []
-                first = session.reflected
-                for chunk in split_window(
-                    pending[: decision.end], self.config.evolve.window_max_chars
-                ):
-                    jobs.append(Job(session.key, _kind(session.source), tuple(chunk), first))
-                    first += len(chunk)
-                report.windows += len(jobs)
-                group.start_soon(run_session, session, jobs)
+                jobs = self._jobs(session, binding, report)
+                if jobs:
+                    report.windows += len(jobs)
+                    group.start_soon(run_session, session, jobs)
+        return outages[0] if outages else None
 
-        if self.llm.health().get("circuit") == "closed":
-            self._circuit_reported = False
-        for kind, count in tick_failures.items():
-            if kind == "circuit_open":
-                if self._circuit_reported:
-                    continue
-                self._circuit_reported = True
-            reason = (
-                "LLM circuit open after repeated failures"
-                if kind == "circuit_open"
-                else "llm.max_calls_per_hour reached"
-            )
+    async def _reflect(self, session: SessionState, job: Job, report: TickReport) -> None:
+        """Ask about one window and settle what the answer allows. Raises Outage."""
+        spend = Spend()
+        verdict = await self._ask(job, report, spend)
+        if isinstance(verdict, Failed):
+            if not is_windows_fault(verdict.error):
+                raise Outage(verdict.error)
+            outcome = self._window_failed(session, job, verdict.error)
+            report.outcomes[outcome] += 1
+            report.records.append(self._record(job, outcome, None, spend))
+            return
+        if isinstance(verdict, Skip | Invalid):
+            kind = "skipped" if isinstance(verdict, Skip) else "invalid"
+            detail: dict[str, Any] = {"messages": [job.first_message, job.last_message]}
+            if isinstance(verdict, Invalid):
+                detail["raw"] = verdict.raw[:RAW_REPLY_LIMIT]
+            with self.app.state.transaction():
+                self.app.state.add_event(
+                    kind,
+                    library=job.library,
+                    session=job.session,
+                    source=job.source,
+                    reason=verdict.reason,
+                    detail=detail,
+                )
+                self._advance(session, job)
+            report.outcomes[kind] += 1
+            report.records.append(self._record(job, kind, None, spend))
+            return
+        kept = self._keep(session, job, verdict)
+        outcome, library, path = await self._settle(kept, report, spend)
+        report.records.append(self._record(job, outcome, kept.body["name"], spend, library, path))
+
+    def _record(
+        self,
+        job: Job,
+        outcome: str,
+        skill: str | None,
+        spend: Spend,
+        library: str | None = None,
+        path: str | None = None,
+    ) -> WindowRecord:
+        return WindowRecord(
+            job.session,
+            job.source,
+            job.first_message,
+            job.last_message,
+            outcome,
+            skill,
+            spend,
+            library or job.library,
+            path,
+        )
+
+    def _advance(self, session: SessionState, job: Job) -> None:
+        """Move the watermark past `job` (inside the caller's transaction)."""
+        session.held = held_after_consume(session.held, job.messages)
+        session.last_reflect_at = self.clock()
+        session.attempts = 0
+        self.app.state.drop_held(session.key, before=session.held.start)
+        self.app.state.save_session(session)
+
+    def _window_failed(self, session: SessionState, job: Job, error: LLMError) -> str:
+        """A failure the window caused: counted; after `max_attempts` the window is given up."""
+        state = self.app.state
+        session.attempts += 1
+        gave_up = session.attempts >= self.config.evolve.max_attempts
+        with state.transaction():
             state.add_event(
-                "error" if kind == "circuit_open" else "deferred",
-                reason=reason,
+                "error",
+                library=job.library,
+                session=job.session,
+                source=job.source,
+                reason=str(error),
                 detail={
-                    "windows_deferred": count + report.deferred["llm unavailable"],
-                    "llm": _health_summary(self.llm.health()),
+                    "messages": [job.first_message, job.last_message],
+                    "kind": error.kind,
+                    "status": error.status,
+                    "attempt": session.attempts,
+                    "gave_up": gave_up,
                 },
             )
+            if gave_up:
+                self._advance(session, job)
+            else:
+                session.last_reflect_at = self.clock()
+                state.save_session(session)
+        return "error"
+
+    def _prompt_settings(self, library: Library) -> PromptSettings:
+        evolve = self.config.evolve
+        return PromptSettings(
+            dialect=library.dialect,
+            max_content_chars=library.max_content_chars,
+            name_prefix=library.spec.name_prefix,
+            with_scope=evolve.scope == "auto" and bool(library.spec.project_dir),
+            guidance=self._guidance(),
+            system_prompt=self.system_prompt,
+        )
+
+    def _guidance(self) -> str:
+        evolve = self.config.evolve
+        parts = [evolve.guidance]
+        if evolve.guidance_file is not None:
+            try:
+                parts.append(evolve.guidance_file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError) as exc:
+                self.log.warning(
+                    "guidance_file_unreadable", path=str(evolve.guidance_file), error=str(exc)
+                )
+        return "\n\n".join(part.strip() for part in parts if part and part.strip())
 
     async def _ask(self, job: Job, report: TickReport, spend: Spend) -> Verdict:
-        """Redact, prompt, call the model (with one repair request), judge. Writes nothing."""
+        """Redact, prompt, call the model (with one repair request), judge. Writes nothing
+        but the redaction event."""
         state = self.app.state
+        user = self.app.libraries[job.library]
         redaction = redact(render_window(job.messages))
         if redaction.counts:
             state.add_event(
                 "redacted",
+                library=job.library,
                 session=job.session,
-                source=job.source_kind,
+                source=job.source,
                 detail={"counts": dict(redaction.counts), "stage": "window"},
             )
-        window = delimit(redaction.text)
+        # The session's own libraries only: its agent's, and its project's (never another's).
+        shown = [user]
+        if (project := self._project_library(user, job.cwd, existing_only=True)) is not None:
+            shown.append(project)
         existing = [
             (entry.name, entry.doc.description)
-            for entry in self.app.library.discover()
+            for library in shown
+            for entry in library.discover()
             if entry.doc is not None
         ]
+        settings = self._prompt_settings(user)
         messages: list[dict[str, Any]] = build_messages(
-            window,
+            delimit(redaction.text),
             session=job.session,
-            source=job.source_kind,
+            source=job.source,
             first_message=job.first_message,
             last_message=job.last_message,
             existing=existing,
-            dialect=self.config.skills.dialect,
-            max_content_chars=self.config.skills.max_content_chars,
-            name_prefix=self.config.skills.name_prefix,
+            settings=settings,
         )
+        rules = Rules(user.dialect, user.max_content_chars, user.spec.name_prefix)
+        schema = proposal_schema(with_scope=settings.with_scope)
+        return await self._converse(
+            messages, rules, schema, report, spend, job, known=[name for name, _ in existing]
+        )
+
+    async def _converse(
+        self,
+        messages: list[dict[str, Any]],
+        rules: Rules,
+        schema: dict[str, Any],
+        report: TickReport,
+        spend: Spend,
+        job: Job,
+        *,
+        known: list[str],
+        merge: bool = False,
+    ) -> Verdict:
+        """A request and, when its reply breaks the contract, one repair request."""
         verdict: Verdict | None = None
         for attempt in range(2):
             try:
-                reply = await self.llm.chat(messages, json_schema=PROPOSAL_SCHEMA)
+                reply = await self.llm.chat(messages, json_schema=schema)
             except LLMError as error:
                 return Failed(error)
             report.llm_calls += reply.attempts
-            spend.add(reply, messages)
-            verdict = self._judge(reply, job)
+            spend.add(reply, messages, merge=merge)
+            judged = judge_reply(
+                reply.content,
+                finish_reason=reply.finish_reason,
+                refusal=reply.refusal,
+                rules=rules,
+                existing=known,
+            )
+            if judged.redactions:
+                self.app.state.add_event(
+                    "redacted",
+                    library=job.library,
+                    session=job.session,
+                    source=job.source,
+                    detail={"counts": judged.redactions, "stage": "merge" if merge else "reply"},
+                )
+            verdict = judged.verdict
             if not isinstance(verdict, Invalid) or attempt == 1:
                 return verdict
             messages = [
@@ -471,261 +544,379 @@ class Evolver:
                 # ramble must not come back as a 10 MB request.
                 {
                     "role": "assistant",
-                    "content": cut_text(
-                        reply.content or "", 2 * self.config.skills.max_content_chars
+                    "content": cut_text(reply.content or "", 2 * rules.max_content_chars),
+                },
+                {
+                    "role": "user",
+                    "content": repair_message(
+                        Violation(verdict.reason, verdict.raw),
+                        with_scope="scope" in schema["properties"],
                     ),
                 },
-                {"role": "user", "content": repair_message(Violation(verdict.reason, verdict.raw))},
             ]
         assert verdict is not None  # the loop always returns on its second pass
         return verdict
 
-    def _judge(self, reply: LLMReply, job: Job) -> Verdict:
-        parsed = parse_reply(
-            reply.content, finish_reason=reply.finish_reason, refusal=reply.refusal
-        )
-        if isinstance(parsed, Violation):
-            return Invalid(parsed.reason, parsed.raw)
-        if isinstance(parsed, Decline):
-            return Skip(parsed.reason)
-        assert isinstance(parsed, Proposal)
-        return self._proposal_to_doc(parsed, job, raw=reply.content)
+    # -- keep and settle ---------------------------------------------------------------------
 
-    def _proposal_to_doc(self, proposal: Proposal, job: Job, *, raw: str) -> Verdict:
-        """Second redaction (on the reply), naming, validation, near-duplicate guard."""
-        fields = [proposal.description, proposal.when_to_use, proposal.content]
-        redactions = [redact(text) for text in fields]
-        counts = merge_counts(*(r.counts for r in redactions))
-        if counts:
-            self.app.state.add_event(
-                "redacted",
-                session=job.session,
-                source=job.source_kind,
-                detail={"counts": counts, "stage": "reply"},
-            )
-        description, when_to_use, content = (r.text for r in redactions)
-        library = self.app.library
-        entries = {entry.name: entry for entry in library.discover()}
-        name = proposal.name
-        try:
-            if name not in entries:
-                name = apply_prefix(name, self.config.skills.name_prefix or None)
-            doc = SkillDoc(
-                name=name,
-                description=description,
-                when_to_use=when_to_use or None,
-                body=content,
-            )
-            validate_skill(
-                doc,
-                self.config.skills.dialect,
-                max_content_chars=self.config.skills.max_content_chars,
-            )
-        except (InvalidName, InvalidSkill) as exc:
-            return Invalid(str(exc), raw[:2000])
-        near = None
-        if name not in entries:
-            managed = [
-                Candidate(e.name, e.doc.description, e.doc.body)
-                for e in entries.values()
-                if e.owner == "managed" and e.doc is not None
-            ]
-            match = closest(
-                Candidate(name, description, content),
-                managed,
-                self.config.evolve.similarity_threshold,
-            )
-            if match is not None:
-                near = {"proposed": name, "near_duplicate_of": match.name, "score": match.score}
-                doc = replace(doc, name=match.name)
-        return Propose(doc, proposal.reason, near)
-
-    def _interrupted_write(self, job: Job) -> tuple[Job, Interrupted] | None:
-        """The window's own write, if a crash came between it and its event's commit.
-
-        Asking the model again could name another skill for the same window; the write it
-        already made becomes the window's outcome instead.
-        """
-        record = self.app.library.interrupted_write(job.session, job.first_message)
-        if record is None or record.last_message is None:
-            return None
-        count = record.last_message - job.first_message + 1
-        if not 0 < count <= len(job.messages):
-            return None
-        return replace(job, messages=job.messages[:count]), Interrupted(record)
-
-    # -- settling ------------------------------------------------------------------------------
-
-    def _settle(self, session: SessionState, job: Job, verdict: Verdict) -> str:
-        """Write (if anything), then commit the event and the watermark together."""
+    def _keep(self, session: SessionState, job: Job, verdict: Propose) -> KeptProposal:
+        """Keep the judged proposal and move the watermark, in one transaction: from here on
+        the answer is never asked for again."""
         state = self.app.state
-        count = len(job.messages)
-        now = self.clock()
-
-        def advance(_outcome: str = "") -> None:
-            session.pending = session.pending[count:]
-            session.reflected += count
-            session.last_reflect_at = now
-            session.attempts = 0
-            session.hold = None
-            state.save_session(session)
-
-        def hold(reason: str) -> None:
-            session.hold = reason
-            session.last_reflect_at = now
-            state.save_session(session)
-
-        common = {"session": job.session, "source": job.source_kind}
-        window_detail = {"messages": [job.first_message, job.last_message]}
-
-        if isinstance(verdict, Failed):
-            error = verdict.error
-            session.attempts += 1
-            gave_up = session.attempts >= self.config.evolve.max_attempts
-            with state.transaction():
-                state.add_event(
-                    "error",
-                    **common,
-                    reason=str(error),
-                    detail={
-                        **window_detail,
-                        "kind": error.kind,
-                        "status": error.status,
-                        "attempt": session.attempts,
-                        "gave_up": gave_up,
-                    },
-                )
-                if gave_up:
-                    advance()
-                else:
-                    state.save_session(session)
-            return "error"
-        if isinstance(verdict, Skip):
-            with state.transaction():
-                state.add_event("skipped", **common, reason=verdict.reason, detail=window_detail)
-                advance()
-            return "skipped"
-        if isinstance(verdict, Invalid):
-            with state.transaction():
-                state.add_event(
-                    "invalid",
-                    **common,
-                    reason=verdict.reason,
-                    detail={**window_detail, "raw": verdict.raw[:2000]},
-                )
-                advance()
-            return "invalid"
-
-        if isinstance(verdict, Interrupted):
-            return self.app.library.finish_interrupted_write(
-                verdict.record, source=job.source_kind, also=advance, detail=window_detail
-            ).outcome
-
         doc = verdict.doc
+        body: dict[str, Any] = {
+            "name": doc.name,
+            "description": doc.description,
+            "when_to_use": doc.when_to_use,
+            "content": doc.body,
+            "reason": verdict.reason,
+            "scope": verdict.scope,
+            "cwd": job.cwd,
+            "merged": False,
+        }
+        with state.transaction():
+            proposal_id = state.keep_proposal(
+                job.library,
+                body,
+                session=job.session,
+                source=job.source,
+                first_message=job.first_message,
+                last_message=job.last_message,
+            )
+            self._advance(session, job)
+        return KeptProposal(
+            proposal_id,
+            job.library,
+            job.session,
+            job.source,
+            job.first_message,
+            job.last_message,
+            body,
+            "new",
+            None,
+            self.clock(),
+        )
+
+    async def _settle_kept(self, report: TickReport) -> Outage | None:
+        """Proposals kept by earlier ticks: written now if they can be, without reflecting
+        their windows again."""
+        for kept in self.app.state.kept_proposals():
+            if kept.library not in self.app.libraries:
+                report.deferred["library not configured"] += 1
+                continue
+            try:
+                outcome, library, path = await self._settle(kept, report, Spend())
+            except Outage as outage:
+                return outage
+            if outcome in ("cap", "failed"):
+                report.deferred[f"kept proposal: {outcome}"] += 1
+            else:
+                job = Job(
+                    kept.session or "", kept.source or "", kept.library, (), kept.first_message or 0
+                )
+                report.records.append(
+                    WindowRecord(
+                        job.session,
+                        job.source,
+                        kept.first_message or 0,
+                        kept.last_message or 0,
+                        outcome,
+                        kept.body.get("name"),
+                        Spend(),
+                        library,
+                        path,
+                    )
+                )
+        return None
+
+    def _project_library(
+        self, user: Library, cwd: str | None, *, existing_only: bool
+    ) -> Library | None:
+        """The project library of a session's working directory for `user`'s agent; with
+        `existing_only`, only when its skills dir exists."""
+        if not cwd or not user.spec.project_dir:
+            return None
+        root = project_root_of(cwd)
+        if existing_only and not (root / user.spec.project_dir).is_dir():
+            return None
+        return self.app.project(user, root)
+
+    def _project_allowed(self, root: Path, skills_dir: Path) -> bool:
+        """skilld writes into a project only where the user allowed it: a root matching a glob
+        in `evolve.projects`, or a project that already keeps skills for this agent."""
+        if skills_dir.is_dir():
+            return True
+        if not root.is_dir():
+            return False
+        return any(fnmatchcase(str(root), str(pattern)) for pattern in self.config.evolve.projects)
+
+    def _target(self, kept: KeptProposal) -> tuple[Library, Path | None]:
+        """Where the proposal goes: the user library, or the session's project library for a
+        project skill (its root, to check whether skilld may write there)."""
+        user = self.app.libraries[kept.library]
+        scoped = (
+            self.config.evolve.scope == "auto"
+            and kept.body.get("scope") == "project"
+            and user.spec.project_dir
+            and kept.body.get("cwd")
+        )
+        if not scoped:
+            return user, None
+        root = project_root_of(kept.body["cwd"])
+        return self.app.project(user, root), root
+
+    async def _settle(
+        self, kept: KeptProposal, report: TickReport, spend: Spend
+    ) -> tuple[str, str | None, str | None]:
+        """Judge a kept proposal against its library and write it. Returns (outcome, library,
+        path). Raises Outage when its merge needs an LLM that cannot answer."""
+        state = self.app.state
+        body = kept.body
+        library, project_root = self._target(kept)
+        doc = SkillDoc(
+            name=body["name"],
+            description=body["description"],
+            when_to_use=body.get("when_to_use"),
+            body=body["content"],
+        )
         origin = Origin(
-            source=job.source_kind,
-            session=job.session,
-            first_message=job.first_message,
-            last_message=job.last_message,
+            source=kept.source or "evolve",
+            session=kept.session,
+            first_message=kept.first_message,
+            last_message=kept.last_message,
             model=self.config.llm.model,
             prompt_version=PROMPT_VERSION,
         )
-        risky = risky_patterns(doc.body, doc.description, doc.when_to_use or "")
-        if risky or self.config.evolve.publish == "review":
-            held_because = "download-and-execute: " + ", ".join(risky) if risky else "review mode"
-            path = self.review.stage(doc, origin, reason=verdict.reason, held_because=held_because)
+        window = {"messages": [kept.first_message, kept.last_message]}
+
+        def finish(
+            outcome_kind: str, commit: Callable[[], None]
+        ) -> tuple[str, str | None, str | None]:
             with state.transaction():
-                state.add_event(
-                    "staged",
-                    skill=doc.name,
-                    **common,
-                    reason=held_because,
-                    detail={
-                        **window_detail,
-                        "path": str(path),
-                        **(verdict.near_duplicate_of or {}),
-                    },
-                )
-                advance()
-            return "staged"
+                commit()
+                state.drop_proposal(kept.id)
+            report.outcomes[outcome_kind] += 1
+            return outcome_kind, library.name, None
 
-        def settle(outcome: str) -> None:
-            if outcome == "cap":
-                hold("cap")
-            else:
-                advance()
-
-        try:
-            result = self.app.library.write(
+        held = hold_reason(doc, review_mode=self.config.evolve.publish == "review")
+        if project_root is not None and not self._project_allowed(project_root, library.root):
+            held = f"project {project_root} is not in evolve.projects"
+        if held is not None:
+            path = self.review.stage(
                 doc,
                 origin,
-                cap=self.config.skills.max_managed,
-                also=settle,
-                detail={**window_detail, **(verdict.near_duplicate_of or {})},
+                library=library.name,
+                storage_key=library.spec.storage_key,
+                reason=body["reason"],
+                held_because=held,
+                project_root=project_root,
             )
-        except Protected:
-            return "protected"
-        except CapReached:
-            return "cap"
-        except LibraryError as exc:
-            with state.transaction():
+            target = str(library.root / doc.name)
+
+            def staged() -> None:
                 state.add_event(
-                    "invalid", skill=doc.name, **common, reason=str(exc), detail=window_detail
+                    "staged",
+                    library=library.name,
+                    skill=doc.name,
+                    session=kept.session,
+                    source=kept.source,
+                    reason=held,
+                    detail={**window, "path": str(path), "target": target, **body.get("near", {})},
                 )
-                advance()
-            return "invalid"
-        return result.outcome
+
+            outcome = finish("staged", staged)
+            return outcome[0], outcome[1], str(path)
+
+        near: dict[str, Any] | None = body.get("near")
+        existing = library.entry(doc.name)
+        if existing is None and not body["merged"]:
+            others = [e.doc for e in library.entries() if e.doc is not None and e.name != doc.name]
+            near = near_duplicate(doc, others, self.config.evolve.similarity_threshold)
+            if near is not None:
+                doc = redirect(doc, near)
+                existing = library.entry(doc.name)
+        if (
+            existing is not None
+            and existing.doc is not None
+            and not body["merged"]
+            and library.protection(existing) is None
+            and not same_text(existing.doc, doc, library.dialect)
+        ):
+            merged = await self._merge(existing.doc, doc, kept, library, report, spend)
+            if isinstance(merged, Failed):
+                if not is_windows_fault(merged.error):
+                    raise Outage(merged.error)
+                merged = Invalid(str(merged.error), "")
+            if isinstance(merged, Skip):
+                unchanged = Unchanged(doc.name, existing.path, existing.sha256 or "")
+                return finish(
+                    "unchanged",
+                    lambda: library.commit(
+                        unchanged,
+                        origin,
+                        reason=merged.reason,
+                        detail={**window, "merge": "declined"},
+                    ),
+                )
+            if isinstance(merged, Invalid):
+                invalid = Refused("invalid", doc.name, f"merge failed: {merged.reason}")
+                return finish(
+                    "invalid",
+                    lambda: library.commit(
+                        invalid, origin, detail={**window, "raw": merged.raw[:RAW_REPLY_LIMIT]}
+                    ),
+                )
+            doc = replace(merged.doc, name=doc.name)
+            body = {
+                **body,
+                "name": doc.name,
+                "description": doc.description,
+                "when_to_use": doc.when_to_use,
+                "content": doc.body,
+                "reason": merged.reason or body["reason"],
+                "merged": True,
+                **({"near": near} if near else {}),
+            }
+            state.update_proposal(kept.id, status=kept.status, note=kept.note, body=body)
+            kept = replace(kept, body=body)
+
+        outcome = library.write(doc, origin)
+        detail = {**window, **(near or {})}
+        if body.get("merged"):
+            detail["merged"] = True
+        if isinstance(outcome, Written | Unchanged):
+            kind = outcome.kind if isinstance(outcome, Written) else "unchanged"
+            result = finish(
+                kind, lambda: library.commit(outcome, origin, reason=body["reason"], detail=detail)
+            )
+            return result[0], result[1], str(outcome.path)
+        if isinstance(outcome, Refused) and outcome.kind == "cap":
+            if kept.status != "cap":
+                with state.transaction():
+                    library.commit(
+                        outcome, origin, detail={**detail, "kept": "written when there is room"}
+                    )
+                    state.update_proposal(kept.id, status="cap", body=body)
+                report.outcomes["cap"] += 1
+            return "cap", library.name, None
+        if isinstance(outcome, WriteFailed):
+            if kept.status != "failed" or kept.note != outcome.reason:
+                with state.transaction():
+                    library.commit(
+                        outcome, origin, detail={**detail, "kept": "written once the fault is gone"}
+                    )
+                    state.update_proposal(kept.id, status="failed", note=outcome.reason, body=body)
+                report.outcomes["error"] += 1
+            return "failed", library.name, None
+        assert isinstance(outcome, Refused)
+        return finish(outcome.kind, lambda: library.commit(outcome, origin, detail=detail))
+
+    async def _merge(
+        self,
+        current: SkillDoc,
+        proposed: SkillDoc,
+        kept: KeptProposal,
+        library: Library,
+        report: TickReport,
+        spend: Spend,
+    ) -> Verdict:
+        """Ask the model to merge `proposed` into the skill's `current` text: an update never
+        overwrites a body the model has not seen."""
+        first, last = kept.first_message or 0, kept.last_message or 0
+        messages = build_merge_messages(
+            current,
+            proposed,
+            reason=kept.body.get("reason", ""),
+            session=kept.session or "",
+            source=kept.source or "",
+            first_message=first,
+            last_message=last,
+            current_tags=delimit(current.body + current.description),
+            proposed_tags=delimit(proposed.body + proposed.description),
+            settings=replace(self._prompt_settings(library), with_scope=False, system_prompt=None),
+        )
+        job = Job(kept.session or "", kept.source or "", library.name, (), first)
+        rules = Rules(library.dialect, library.max_content_chars, "")
+        return await self._converse(
+            messages,
+            rules,
+            proposal_schema(with_scope=False),
+            report,
+            spend,
+            job,
+            known=[current.name],
+            merge=True,
+        )
 
 
-def _kind(source_id: str) -> str:
-    return source_id.split(":", 1)[0]
+def summary_of(state: StateDB, session: SessionState) -> Held:
+    """The session's summary; one carried over from an older state.db is computed from its
+    held messages (once: the caller saves it)."""
+    held = session.held
+    if held.conversational >= 0:
+        return held
+    messages = [decode_message(m) for m in state.held_messages(session.key, held.start, held.end)]
+    return summarise(held.start, messages, last_append_at=held.last_append_at)
 
 
-def _health_summary(health: dict[str, Any]) -> dict[str, Any]:
-    return {key: health.get(key) for key in ("circuit", "last_error") if key in health}
+def ready_windows(
+    state: StateDB,
+    session: SessionState,
+    settings: GateSettings,
+    window_max_chars: int,
+    *,
+    now: float,
+) -> Deferred | list[list[Message]]:
+    """The windows a session's held messages make, split in order, or why it waits. Only a
+    session the gates let through is decoded."""
+    decision = decide(
+        summary_of(state, session),
+        last_reflect_at=session.last_reflect_at,
+        now=now,
+        settings=settings,
+    )
+    if isinstance(decision, Deferred):
+        return decision
+    rows = state.held_messages(session.key, session.held.start, decision.end)
+    return split_window([decode_message(m) for m in rows], window_max_chars)
 
 
-def backlog(app: App) -> dict[str, Any]:
+def backlog(app: App, bindings: list[SourceBinding]) -> dict[str, Any]:
     """What was read but not yet reflected (for `status`): how far behind the daemon is.
 
     `windows` are those the gates let through once the cooldown has passed, split as a tick
     splits them; `estimated_tokens` is their input (prompt and window) at about four characters
-    a token. Sessions whose pending content ends on an unfinished turn or has too few messages
+    a token. Sessions whose held content ends on an unfinished turn or has too few messages
     are `sessions_waiting`: that content is not late, it waits for the agent. At the spend cap a
     window costs at least one call, so `min_hours_at_spend_cap` is a lower bound.
     """
     config = app.config
     state = app.state
-    settings = GateSettings(min_messages=config.evolve.min_messages, cooldown_seconds=0)
-    existing = [(e.name, e.doc.description) for e in app.library.discover() if e.doc is not None]
-    prompt_chars = sum(
-        len(message["content"])
-        for message in build_messages(
-            delimit(""),
-            session="",
-            source="",
-            first_message=0,
-            last_message=0,
-            existing=existing,
-            dialect=config.skills.dialect,
-            max_content_chars=config.skills.max_content_chars,
-            name_prefix=config.skills.name_prefix,
-        )
+    settings = GateSettings(
+        min_messages=config.evolve.min_messages,
+        cooldown_seconds=0,
+        turn_timeout_seconds=config.evolve.turn_timeout_seconds,
     )
+    by_id = {binding.id: binding for binding in bindings}
+    prompt_chars: dict[str, int] = {}
     windows = window_chars = sessions_ready = sessions_waiting = 0
     for key in state.sessions_with_pending():
         session = state.session(key)
-        if session is None:
+        binding = by_id.get(session.source) if session is not None else None
+        if session is None or binding is None:
             continue
-        pending = [decode_message(m) for m in session.pending]
-        decision = decide(pending, last_reflect_at=None, now=0.0, settings=settings)
-        if isinstance(decision, Deferred):
+        session.last_reflect_at = None  # the cooldown is not lateness
+        ready = ready_windows(
+            state, session, settings, config.evolve.window_max_chars, now=time.time()
+        )
+        if isinstance(ready, Deferred):
             sessions_waiting += 1
             continue
-        chunks = split_window(pending[: decision.end], config.evolve.window_max_chars)
+        if binding.library not in prompt_chars:
+            prompt_chars[binding.library] = _prompt_chars(app, app.libraries[binding.library])
         sessions_ready += 1
-        windows += len(chunks)
-        window_chars += sum(prompt_chars + len(render_window(chunk)) for chunk in chunks)
+        windows += len(ready)
+        window_chars += sum(prompt_chars[binding.library] + len(render_window(w)) for w in ready)
     stats = state.session_stats()
     cap = config.llm.max_calls_per_hour
     return {
@@ -738,3 +929,23 @@ def backlog(app: App) -> dict[str, Any]:
         "max_calls_per_hour": cap,
         "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
     }
+
+
+def _prompt_chars(app: App, library: Library) -> int:
+    existing = [(e.name, e.doc.description) for e in library.discover() if e.doc is not None]
+    settings = PromptSettings(
+        dialect=library.dialect,
+        max_content_chars=library.max_content_chars,
+        name_prefix=library.spec.name_prefix,
+        with_scope=app.config.evolve.scope == "auto" and bool(library.spec.project_dir),
+    )
+    messages = build_messages(
+        delimit(""),
+        session="",
+        source="",
+        first_message=0,
+        last_message=0,
+        existing=existing,
+        settings=settings,
+    )
+    return sum(len(message["content"]) for message in messages)

@@ -8,7 +8,7 @@ and writes only the keys of the chosen dialect, so a skill can never gain ``allo
 Reading is deliberately forgiving (BOM, CRLF, either spelling of when-to-use, trailing
 blanks on the ``---`` lines) because skilld also lists skills that people wrote by hand.
 Writing is canonical: LF line endings and a body that ends in exactly one newline, so that
-rendering the same skill twice gives the same bytes and the same ``content_hash``.
+rendering the same skill twice gives the same bytes, and so the same hash.
 
 Claude Code runs shell commands written in a skill as ``!`` directly followed by a
 backtick-quoted command, and fenced blocks opened with three backticks directly followed by
@@ -23,7 +23,6 @@ this; rendering an already neutralised text changes nothing.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -37,6 +36,9 @@ from skilld.skills.names import DIALECTS, InvalidName, require_dialect, validate
 
 __all__ = [
     "AGENTSKILLS_WHEN_MARKER",
+    "BODY_LINE_LIMITS",
+    "BODY_TOKEN_LIMITS",
+    "CLAUDE_LISTING_LIMIT",
     "DESCRIPTION_LIMITS",
     "DIALECTS",
     "FORBIDDEN_KEYS",
@@ -44,10 +46,10 @@ __all__ = [
     "InvalidSkill",
     "SkillDoc",
     "SkillParseError",
-    "content_hash",
     "neutralise_shell_injection",
     "parse_skill",
     "render_skill",
+    "same_text",
     "validate_skill",
 ]
 
@@ -57,6 +59,15 @@ DESCRIPTION_LIMITS: Mapping[str, int] = MappingProxyType(
 #: The design gives no limit for when-to-use; one keeps a runaway model from filling every
 #: prompt that lists skills.
 WHEN_TO_USE_LIMIT = 1024
+#: Claude Code cuts description + when_to_use at this many characters in its skill listing:
+#: past it, the agent would choose the skill on a truncated text.
+CLAUDE_LISTING_LIMIT = 1536
+#: Body budgets of the dialects whose agents ask for short skill files (the agentskills spec:
+#: under 500 lines and about 5,000 tokens; Claude Code: SKILL.md under 500 lines).
+BODY_LINE_LIMITS: Mapping[str, int] = MappingProxyType({"claude": 500, "agentskills": 500})
+BODY_TOKEN_LIMITS: Mapping[str, int] = MappingProxyType({"claude": 5000, "agentskills": 5000})
+#: Characters per token when a budget in tokens is checked without a tokenizer.
+CHARS_PER_TOKEN = 4
 #: How the agentskills dialect folds when-to-use into the description.
 AGENTSKILLS_WHEN_MARKER = " Use when "
 
@@ -356,6 +367,27 @@ def _canonical_body(body: str) -> str:
     return _normalise_newlines(body).rstrip("\n") + "\n"
 
 
+def same_text(current: SkillDoc, proposed: SkillDoc, dialect: str) -> bool:
+    """Whether writing `proposed` over `current` would change what the agent reads.
+
+    Both are compared as `dialect` renders them (line endings, the claude dialect's
+    neutralised shell directives, the body's trailing newlines), so a file read back never
+    differs from the proposal that wrote it; the version counter alone is no change.
+    """
+    neutralise = neutralise_shell_injection if dialect == "claude" else _unchanged
+
+    def shape(doc: SkillDoc) -> tuple[str, str | None, str, bool]:
+        when = neutralise(_normalise_newlines(doc.when_to_use)) if doc.when_to_use else None
+        return (
+            neutralise(_normalise_newlines(doc.description)),
+            when,
+            _canonical_body(neutralise(doc.body)).strip(),
+            doc.disable_model_invocation,
+        )
+
+    return shape(current) == shape(proposed)
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -378,8 +410,15 @@ def validate_skill(doc: SkillDoc, dialect: str, *, max_content_chars: int = 2000
             )
         if doc.disable_model_invocation:
             raise InvalidSkill(f"'{_DISABLE_KEY}' cannot be written in the agentskills dialect")
+    if dialect == "claude":
+        listed = len(doc.description) + len(doc.when_to_use or "")
+        if listed > CLAUDE_LISTING_LIMIT:
+            raise InvalidSkill(
+                f"description and when_to_use together are {listed} characters; Claude Code "
+                f"lists at most {CLAUDE_LISTING_LIMIT}"
+            )
     _check_metadata(doc.metadata)
-    _check_body(doc.body, max_content_chars)
+    _check_body(doc.body, max_content_chars, dialect)
 
 
 def _check_description(description: object, dialect: str) -> None:
@@ -432,7 +471,7 @@ def _check_metadata(metadata: Mapping[str, str]) -> None:
             raise InvalidSkill(f"metadata {key!r} must be a string, not {type(value).__name__}")
 
 
-def _check_body(body: object, max_content_chars: int) -> None:
+def _check_body(body: object, max_content_chars: int, dialect: str) -> None:
     if not isinstance(body, str):
         raise InvalidSkill(f"body must be a string, not {type(body).__name__}")
     if not body.strip():
@@ -441,11 +480,15 @@ def _check_body(body: object, max_content_chars: int) -> None:
         raise InvalidSkill(
             f"body is {len(body)} characters; at most {max_content_chars} are allowed"
         )
-
-
-# --------------------------------------------------------------------------- hashing
-
-
-def content_hash(text: str) -> str:
-    """SHA-256 hex digest of ``text`` as UTF-8: what ownership compares files by."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    lines = body.strip("\n").count("\n") + 1
+    if dialect in BODY_LINE_LIMITS and lines > BODY_LINE_LIMITS[dialect]:
+        raise InvalidSkill(
+            f"body is {lines} lines; the {dialect} dialect keeps a skill under "
+            f"{BODY_LINE_LIMITS[dialect]} (move detail into fewer, denser steps)"
+        )
+    tokens = len(body) // CHARS_PER_TOKEN
+    if dialect in BODY_TOKEN_LIMITS and tokens > BODY_TOKEN_LIMITS[dialect]:
+        raise InvalidSkill(
+            f"body is about {tokens} tokens; the {dialect} dialect keeps a skill under "
+            f"about {BODY_TOKEN_LIMITS[dialect]}"
+        )

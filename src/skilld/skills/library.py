@@ -1,41 +1,51 @@
-"""The skill library: discovery, ownership, and every change to a skill file.
+"""A skill library: discovery, ownership, and every change to a skill file.
 
 This module owns the ownership invariant (DESIGN.md §3): skilld changes a file only if skilld
-wrote it and nobody changed it since, and never a pinned one. Every change is an atomic write,
-keeps the previous version in history, and appends an event.
+wrote it and nobody changed it since, and never a pinned one. It owns the library's cap too:
+`write` refuses a new managed skill beyond `max_managed`.
+
+A write returns an outcome value (`Written`, `Unchanged`, `Refused`, `WriteFailed`) and records
+nothing in the event log; its caller commits the outcome (`commit`) together with its own
+bookkeeping, in one transaction. Person-driven operations (delete, archive, restore, rollback,
+pin) record their own events.
 
 Crash safety of ownership: before a file is replaced, its provenance row is committed with the
 new hash *and* the old one (`prev_sha256`). Whichever of the two a crash leaves on disk, the file
-is still recognised as skilld's, so a repeated reflection rewrites it instead of calling it human.
+is still recognised as skilld's, so a repeated attempt rewrites it instead of calling it human.
+Writers of one library (the daemon, the CLI, the MCP server) take the library's lock around
+reading, writing and recording a file, so one never sees another's half-recorded write.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
-from skilld.fsutil import UnsafePath, atomic_write, contained_path, remove_stray_temps
+from skilld.errors import LibraryError, NotFound, Protected
+from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
 from skilld.log import get_logger
+from skilld.routing import LibrarySpec
 from skilld.skills.document import (
     SkillDoc,
     SkillParseError,
     parse_skill,
     render_skill,
+    same_text,
     validate_skill,
 )
 from skilld.skills.names import InvalidName, is_safe_path_component, validate_name
-from skilld.skills.usage import UsageStore
-from skilld.state import Provenance, StateDB
+from skilld.skills.usage import UsageStore, new_record
+from skilld.state import StateDB
 
 Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
@@ -47,6 +57,8 @@ HUB_LOCK = Path(".hub") / "lock.json"
 #: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
 USER_RANK = 400
 EXTRA_RANK = 100
+#: How deep a library read recursively (Hermes's category folders) looks for skills.
+MAX_CATEGORY_DEPTH = 3
 
 
 class _Child(Protocol):
@@ -82,22 +94,6 @@ class _NamedChild:
         return os.path.islink(self.path)
 
 
-class LibraryError(Exception):
-    """An operation on the library was refused; the message says why."""
-
-
-class Protected(LibraryError):
-    """The skill is not skilld's to change (human, bundled, hub, external) or is pinned."""
-
-
-class CapReached(LibraryError):
-    """Creating another managed skill would exceed `skills.max_managed`."""
-
-
-class NotFound(LibraryError):
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class SkillEntry:
     name: str
@@ -120,11 +116,59 @@ class SkillEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteResult:
-    outcome: Literal["created", "updated", "unchanged"]
+class Origin:
+    """Who asks for a change, for the event log and provenance."""
+
+    source: str  # "cli", "tool", "evolve", "curator", or a source kind
+    session: str | None = None
+    first_message: int | None = None
+    last_message: int | None = None
+    model: str | None = None
+    prompt_version: str | None = None
+
+
+# -- what a write came to --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    kind: Literal["created", "updated"]
     name: str
     path: Path
     sha256: str
+    version: int
+    #: The write was this origin's own, made before a crash kept its event from committing.
+    recovered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Unchanged:
+    name: str
+    path: Path
+    sha256: str
+    kind: ClassVar[Literal["unchanged"]] = "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Nothing was written: the skill is not skilld's (`protected`), the cap is reached
+    (`cap`), or the skill breaks a rule of the library (`invalid`)."""
+
+    kind: Literal["protected", "cap", "invalid"]
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFailed:
+    """This machine could not write (disk full, permissions, something in the way)."""
+
+    name: str
+    reason: str
+    kind: ClassVar[Literal["failed"]] = "failed"
+
+
+WriteOutcome = Written | Unchanged | Refused | WriteFailed
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,15 +179,10 @@ class HistoryVersion:
 
 
 @dataclass(frozen=True, slots=True)
-class Origin:
-    """Who asks for a change, for the event log and provenance."""
-
-    source: str  # "cli", "tool", "evolve", "curator"
-    session: str | None = None
-    first_message: int | None = None
-    last_message: int | None = None
-    model: str | None = None
-    prompt_version: str | None = None
+class Deleted:
+    path: Path
+    #: Files a person put beside SKILL.md: never skilld's to remove, left in place.
+    kept: tuple[str, ...]
 
 
 def _external(name: str, digest: str | None) -> Owner:
@@ -157,44 +196,31 @@ def sha256_bytes(data: bytes) -> str:
 class Library:
     def __init__(
         self,
-        skills_dir: Path,
+        spec: LibrarySpec,
         state: StateDB,
         usage: UsageStore,
         *,
         history_dir: Path,
-        dialect: str = "dsh",
-        layout: Layout = "dir",
-        extra_dirs: tuple[Path, ...] = (),
-        max_content_chars: int = 20000,
-        history_keep: int = 10,
+        locks_dir: Path,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.root = skills_dir
+        self.spec = spec
+        self.name = spec.name
+        self.root = spec.dir
         self.state = state
         self.usage = usage
         self.history_dir = history_dir
-        self.dialect = dialect
-        self.layout = layout
-        self.extra_dirs = extra_dirs
-        self.max_content_chars = max_content_chars
-        self.history_keep = history_keep
+        self.dialect = spec.dialect
+        self.layout: Layout = "flat" if spec.layout == "flat" else "dir"
+        self.extra_dirs = spec.extra_dirs
+        self.max_managed = spec.max_managed
+        self.max_content_chars = spec.max_content_chars
+        self.history_keep = spec.history_keep
+        self._lock_path = locks_dir / f"{spec.storage_key}.lock"
+        self._lock_depth = 0
+        self._lock_fd: int | None = None
         self._clock = clock
         self._log = get_logger("skilld.library")
-
-    @classmethod
-    def from_config(cls, config: Any, state: StateDB, usage: UsageStore) -> Library:
-        skills = config.skills
-        return cls(
-            skills.dir,
-            state,
-            usage,
-            history_dir=config.state.dir / "history",
-            dialect=skills.dialect,
-            layout=skills.layout,
-            extra_dirs=skills.extra_dirs,
-            max_content_chars=skills.max_content_chars,
-            history_keep=skills.history_keep,
-        )
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -202,7 +228,7 @@ class Library:
         """Create the skills dir and remove temp files a crash left behind (history too)."""
         self.root.mkdir(parents=True, exist_ok=True)
         return (
-            remove_stray_temps(self.root, depth=2)
+            remove_stray_temps(self.root, depth=MAX_CATEGORY_DEPTH + 1)
             + remove_stray_temps(self.root / ARCHIVE_DIR, depth=2)
             + remove_stray_temps(self.history_dir, depth=2)
         )
@@ -217,12 +243,40 @@ class Library:
         """
         return self._discover(include_extra=include_extra, parse=parse, only=None)
 
+    def entries(self, *, parse: bool = True) -> list[SkillEntry]:
+        """The skills in this library's own root: what it may change and what its cap counts."""
+        return self._discover(include_extra=False, parse=parse, only=None)
+
+    def entry(self, name: str) -> SkillEntry | None:
+        """`name` in this library's own root. A skill of the same name in an extra dir shadows
+        it for the agent, not for skilld: writes, the cap and the curator see this one."""
+        if not is_safe_path_component(name):
+            return None  # discovery never lists such a name either
+        if self.spec.recursive:
+            return next((e for e in self.entries() if e.name == name), None)
+        # Only `name`'s own paths are looked at, so that every change (write, archive, delete)
+        # costs the same in a library of ten skills or of ten thousand.
+        found = self._discover(include_extra=False, parse=True, only=name)
+        return found[0] if found else None
+
+    def get(self, name: str) -> SkillEntry | None:
+        """`name` as listed: this library's own, else one in an extra dir."""
+        own = self.entry(name)
+        if own is not None or not self.extra_dirs or not is_safe_path_component(name):
+            return own
+        found = self._discover(include_extra=True, parse=True, only=name)
+        return found[0] if found else None
+
+    def managed_names(self) -> list[str]:
+        """Skills skilld wrote and nobody changed since, by hash (no frontmatter parsing)."""
+        return [e.name for e in self.entries(parse=False) if e.owner == "managed"]
+
     def _discover(self, *, include_extra: bool, parse: bool, only: str | None) -> list[SkillEntry]:
         bundled, hub = self._bundled_names(), self._hub_names()
         if only is None:
-            provenance = self.state.all_provenance()
+            provenance = self.state.all_provenance(self.name)
         else:
-            record = self.state.provenance(only)
+            record = self.state.provenance(self.name, only)
             provenance = {only: record} if record else {}
 
         def owner_of(name: str, digest: str | None) -> Owner:
@@ -235,62 +289,55 @@ class Library:
             return "managed" if ours else "human"
 
         found: dict[str, SkillEntry] = {}
-        roots: list[tuple[Path, int, Callable[[str, str | None], Owner]]] = [
-            (self.root, USER_RANK, owner_of)
+        roots: list[tuple[Path, int, Callable[[str, str | None], Owner], int]] = [
+            (self.root, USER_RANK, owner_of, MAX_CATEGORY_DEPTH if self.spec.recursive else 1)
         ]
         if include_extra:
-            roots += [(d, EXTRA_RANK + i, _external) for i, d in enumerate(self.extra_dirs)]
-        for root, rank, owner in roots:
-            for entry in self._scan_root(root, rank, owner, parse=parse, only=only):
+            roots += [(d, EXTRA_RANK + i, _external, 1) for i, d in enumerate(self.extra_dirs)]
+        for root, rank, owner, depth in roots:
+            for entry in self._scan_root(
+                root, root, rank, owner, parse=parse, only=only, depth=depth
+            ):
                 current = found.get(entry.name)
                 if current is None or entry.rank < current.rank:
                     found[entry.name] = entry
         return [found[name] for name in sorted(found)]
 
-    def get(self, name: str) -> SkillEntry | None:
-        # Only `name`'s own paths are looked at, so that every change (write, archive, delete)
-        # costs the same in a library of ten skills or of ten thousand.
-        if not is_safe_path_component(name):
-            return None  # discovery never lists such a name either
-        found = self._discover(include_extra=True, parse=True, only=name)
-        return found[0] if found else None
-
-    def managed_names(self) -> list[str]:
-        return [e.name for e in self.discover(include_extra=False) if e.owner == "managed"]
-
     def _scan_root(
         self,
         root: Path,
+        folder: Path,
         rank: int,
         owner_of: Callable[[str, str | None], Owner],
         *,
-        parse: bool = True,
-        only: str | None = None,
+        parse: bool,
+        only: str | None,
+        depth: int,
     ) -> Iterator[SkillEntry]:
         try:
             children: list[_Child] = (
-                sorted(os.scandir(root), key=lambda e: e.name)
+                sorted(os.scandir(folder), key=lambda e: e.name)
                 if only is None
                 else [
-                    _NamedChild(n, os.path.join(root, n))
+                    _NamedChild(n, os.path.join(folder, n))
                     for n in (only, f"{only}.md")
-                    if os.path.lexists(os.path.join(root, n))
+                    if os.path.lexists(os.path.join(folder, n))
                 ]
             )
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:
-            self._log.warning("skills_root_unreadable", root=str(root), error=str(exc))
+            self._log.warning("skills_root_unreadable", root=str(folder), error=str(exc))
             return
         real_root = root.resolve()
         dirs: dict[str, _Child] = {}
         flats: dict[str, _Child] = {}
         for child in children:
             if child.name.startswith("."):
-                continue  # .archive, .hub, .usage.json, temp files
+                continue  # .archive, .hub, .usage.json, .skilld, temp files
             if child.is_dir():
                 dirs[child.name] = child
-            elif child.name.endswith(".md") and child.is_file():
+            elif child.name.endswith(".md") and child.is_file() and folder == root:
                 flats[child.name[:-3]] = child
         for name, child in dirs.items():
             if name in flats:
@@ -298,10 +345,16 @@ class Library:
                     "skill_layout_clash", name=name, kept=os.path.join(child.path, SKILL_FILE)
                 )
             path = os.path.join(child.path, SKILL_FILE)
+            linked = child.is_symlink()
+            if depth > 1 and not linked and not os.path.lexists(path):
+                # A category folder (Hermes): its skills are one level further down.
+                yield from self._scan_root(
+                    root, Path(child.path), rank, owner_of, parse=parse, only=only, depth=depth - 1
+                )
+                continue
             entry = self._load(
-                name, path, root, real_root, rank, "dir", owner_of,
-                parse=parse, linked=child.is_symlink(),
-            )  # fmt: skip
+                name, path, root, real_root, rank, "dir", owner_of, parse=parse, linked=linked
+            )
             if entry is not None:
                 yield entry
         for name, child in flats.items():
@@ -402,37 +455,45 @@ class Library:
         record = self.usage.get(name)
         return bool(record and record.get("pinned"))
 
-    def _refuse(
-        self, name: str, reason: str, origin: Origin, also: Callable[[str], None] | None
-    ) -> Protected:
-        with self.state.transaction():
-            self.state.add_event(
-                "protected",
-                skill=name,
-                session=origin.session,
-                source=origin.source,
-                reason=reason,
-            )
-            if also:
-                also("protected")
+    def protection(self, entry: SkillEntry, *, force: bool = False) -> str | None:
+        """Why `entry` may not change, or None: only managed, unpinned skills change; `force`
+        lets a person take over a human one."""
+        if self._is_pinned(entry.name):
+            return f"{entry.name} is pinned"
+        if entry.owner == "managed" or (force and entry.owner == "human"):
+            return None
+        return f"{entry.name} is owned by {entry.owner}, not skilld"
+
+    def _refuse(self, entry: SkillEntry, reason: str, origin: Origin) -> Protected:
+        self.state.add_event(
+            "protected",
+            library=self.name,
+            skill=entry.name,
+            session=origin.session,
+            source=origin.source,
+            reason=reason,
+        )
         return Protected(reason)
 
-    def _require_changeable(
-        self,
-        entry: SkillEntry,
-        origin: Origin,
-        also: Callable[[str], None] | None,
-        *,
-        force: bool = False,
-    ) -> None:
-        """Only managed, unpinned skills change; `force` lets a person take over a human one."""
-        if self._is_pinned(entry.name):
-            raise self._refuse(entry.name, f"{entry.name} is pinned", origin, also)
-        if entry.owner == "managed" or (force and entry.owner == "human"):
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """The library's writer lock (an OS lock in the state dir), re-entrant in-process."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
             return
-        raise self._refuse(
-            entry.name, f"{entry.name} is owned by {entry.owner}, not skilld", origin, also
-        )
+        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_depth = 1
+            yield
+        finally:
+            self._lock_depth = 0
+            os.close(fd)  # closing the last descriptor releases the lock
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -441,76 +502,99 @@ class Library:
         doc: SkillDoc,
         origin: Origin,
         *,
-        cap: int | None = None,
         force: bool = False,
-        also: Callable[[str], None] | None = None,
-        detail: Mapping[str, Any] | None = None,
-    ) -> WriteResult:
-        """Create or update a skill.
-
-        `also(outcome)` runs inside the transaction that records the outcome's event, so that a
-        caller's own bookkeeping (a session watermark) commits together with it.
-
-        Raises LibraryError (bad name or content), Protected, or CapReached.
-        """
-        name = self.check_name(doc.name)
-        metadata = {**doc.metadata, "managed-by": "skilld"}
-        if origin.session:
-            metadata["source-session"] = origin.session
-        existing = self.get(name)
-        version = 1
-        if existing is not None:
-            self._require_changeable(existing, origin, also, force=force)
-            if existing.doc is not None:
-                previous = existing.doc.metadata.get("version", "0")
-                version = int(previous) + 1 if str(previous).isdigit() else 1
-                if "source-session" in existing.doc.metadata and not origin.session:
-                    metadata["source-session"] = existing.doc.metadata["source-session"]
-        doc = replace(doc, name=name, metadata={**metadata, "version": str(version)})
+        activity: bool = True,
+    ) -> WriteOutcome:
+        """Create or update a skill in this library's root; nothing is recorded in the event
+        log (see `commit`). `activity=False` keeps a rewrite from counting as a patch (the
+        curator's own bookkeeping)."""
         try:
-            validate_skill(doc, self.dialect, max_content_chars=self.max_content_chars)
-        except ValueError as exc:
-            raise LibraryError(str(exc)) from None
-
-        if existing is not None and existing.doc is not None and _same_skill(existing.doc, doc):
-            with self.state.transaction():
-                self.state.add_event(
-                    "unchanged",
-                    skill=name,
-                    session=origin.session,
-                    source=origin.source,
-                    detail=detail,
+            name = self.check_name(doc.name)
+        except LibraryError as exc:
+            return Refused("invalid", str(doc.name), str(exc))
+        with self.locked():
+            existing = self.entry(name)
+            metadata = {**doc.metadata, "managed-by": "skilld"}
+            if origin.session:
+                metadata["source-session"] = origin.session
+            version = 1
+            if existing is None and self.extra_dirs and (shadow := self.get(name)) is not None:
+                # The agent would load the extra dir's skill, never a copy written here.
+                return Refused("protected", name, f"{name} is owned by {shadow.owner}, not skilld")
+            if existing is not None:
+                if (reason := self.protection(existing, force=force)) is not None:
+                    return Refused("protected", name, reason)
+                if existing.doc is not None:
+                    previous = existing.doc.metadata.get("version", "0")
+                    version = int(previous) + 1 if str(previous).isdigit() else 1
+                    if "source-session" in existing.doc.metadata and not origin.session:
+                        metadata["source-session"] = existing.doc.metadata["source-session"]
+            doc = replace(doc, name=name, metadata={**metadata, "version": str(version)})
+            try:
+                validate_skill(doc, self.dialect, max_content_chars=self.max_content_chars)
+            except ValueError as exc:
+                return Refused("invalid", name, str(exc))
+            if (
+                existing is not None
+                and existing.doc is not None
+                and same_text(existing.doc, doc, self.dialect)
+            ):
+                return self._unchanged_or_recovered(existing, origin)
+            if existing is None and len(self.managed_names()) >= self.max_managed:
+                return Refused(
+                    "cap",
+                    name,
+                    f"the cap of {self.max_managed} managed skills is reached; creation refused",
                 )
-                if also:
-                    also("unchanged")
-            return WriteResult("unchanged", name, existing.path, existing.sha256 or "")
+            try:
+                return self._replace(doc, existing, origin, version, activity=activity)
+            except (UnsafePath, LibraryError) as exc:
+                return WriteFailed(name, str(exc))
+            except OSError as exc:
+                return WriteFailed(name, _os_reason(exc))
 
+    def _unchanged_or_recovered(self, existing: SkillEntry, origin: Origin) -> WriteOutcome:
+        """The same text is there already. If this very origin wrote it (a crash came between
+        its write and the commit of its event) it is that write, recovered."""
+        record = self.state.provenance(self.name, existing.name)
+        ours = (
+            record is not None
+            and origin.session is not None
+            and record.session == origin.session
+            and record.first_message == origin.first_message
+            and record.sha256 == existing.sha256
+        )
+        sha = existing.sha256 or ""
+        if not ours or record is None:
+            return Unchanged(existing.name, existing.path, sha)
+        kind: Literal["created", "updated"] = "created" if record.prev_sha256 is None else "updated"
+        version = existing.doc.metadata.get("version", "1") if existing.doc else "1"
+        number = int(version) if str(version).isdigit() else 1
+        if kind == "created":
+            self._ensure_record(existing.name)
+        return Written(kind, existing.name, existing.path, sha, number, recovered=True)
+
+    def _replace(
+        self,
+        doc: SkillDoc,
+        existing: SkillEntry | None,
+        origin: Origin,
+        version: int,
+        *,
+        activity: bool,
+    ) -> Written:
+        name = doc.name
         if existing is None:
-            if cap is not None and len(self.managed_names()) >= cap:
-                with self.state.transaction():
-                    self.state.add_event(
-                        "cap",
-                        skill=name,
-                        session=origin.session,
-                        source=origin.source,
-                        reason=f"{cap} managed skills already; creation refused",
-                    )
-                    if also:
-                        also("cap")
-                raise CapReached(f"the cap of {cap} managed skills is reached")
             path = self._new_path(name)
         else:
-            try:  # never write through a link that leads out of the root
-                contained_path(existing.root, *existing.path.relative_to(existing.root).parts)
-            except (UnsafePath, ValueError) as exc:
-                raise LibraryError(str(exc)) from None
+            # never write through a link that leads out of the root
+            contained_path(existing.root, *existing.path.relative_to(existing.root).parts)
             path = existing.path
             self._save_history(name, existing.path)
-
         data = render_skill(doc, self.dialect).encode("utf-8")
         digest = sha256_bytes(data)
-        outcome: Literal["created", "updated"] = "created" if existing is None else "updated"
         self.state.put_provenance(
+            self.name,
             name,
             path=str(path),
             sha256=digest,
@@ -523,135 +607,166 @@ class Library:
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, data)
-        if outcome == "created":
+        if existing is None:
             # Before the commit: a crash after it must not leave a created skill without its
-            # usage record; one before it is finished by `finish_interrupted_write`.
-            self.usage.ensure(name, created_by="agent")
-        with self.state.transaction():
-            self.state.put_provenance(name, path=str(path), sha256=digest)
-            self.state.add_event(
-                outcome,
-                skill=name,
-                session=origin.session,
-                source=origin.source,
-                detail={"path": str(path), "sha256": digest, "version": version, **(detail or {})},
-            )
-            if also:
-                also(outcome)
-        if outcome == "updated":
+            # usage record (a repeated attempt recovers the write and ensures it again).
+            self._ensure_record(name)
+        elif activity:
             self.usage.bump(name, "patch")
-        return WriteResult(outcome, name, path, digest)
+        kind: Literal["created", "updated"] = "created" if existing is None else "updated"
+        return Written(kind, name, path, digest, version)
 
-    def interrupted_write(self, session: str, first_message: int) -> Provenance | None:
-        """The write made for the window of `session` that starts at `first_message` whose
-        event never committed (a crash between the file's replacement and the commit), or None.
+    def _ensure_record(self, name: str) -> None:
+        """A created skill's usage record: curator-managed, and active even when the name was
+        archived before (the archived copy stays restorable under `.archive/`)."""
+        with self.usage.transaction() as records:
+            record = records.get(name)
+            if record is None or record.get("state") == "archived":
+                now = datetime.fromtimestamp(self._clock(), UTC)
+                records[name] = new_record(now, created_by="agent")
+            elif record.get("created_by") is None:
+                record["created_by"] = "agent"
 
-        `write` commits the window and the new hash to provenance before it replaces the file,
-        so a file on disk with that hash that no write event names is exactly that case.
-        """
-        for record in self.state.all_provenance().values():
-            if record.session != session or record.first_message != first_message:
-                continue
-            try:
-                digest = sha256_bytes(Path(record.path).read_bytes())
-            except OSError:
-                continue
-            if digest != record.sha256:
-                continue  # the crash came before the file was replaced: nothing was written
-            latest = self.state.events(
-                kinds=("created", "updated", "rolled_back"), skill=record.name, limit=1
-            )
-            if not latest or latest[0].detail.get("sha256") != digest:
-                return record
-        return None
-
-    def finish_interrupted_write(
+    def commit(
         self,
-        record: Provenance,
+        outcome: WriteOutcome,
+        origin: Origin,
         *,
-        source: str,
-        also: Callable[[str], None] | None = None,
+        reason: str | None = None,
         detail: Mapping[str, Any] | None = None,
-    ) -> WriteResult:
-        """Commit the event of a write found by `interrupted_write`, as `write` would have."""
-        path = Path(record.path)
-        outcome: Literal["created", "updated"] = (
-            "created" if record.prev_sha256 is None else "updated"
-        )
-        try:
-            version = parse_skill(path.read_bytes(), dialect=self.dialect).metadata.get("version")
-        except (OSError, SkillParseError):
-            version = None
-        if outcome == "created":
-            self.usage.ensure(record.name, created_by="agent")
+    ) -> None:
+        """Record `outcome` in the event log (and, for a write, settle its provenance).
+
+        Runs in one transaction, joining the caller's: the caller's own bookkeeping (a session
+        watermark, a kept proposal) commits with it or not at all.
+        """
+        common: dict[str, Any] = {
+            "library": self.name,
+            "skill": outcome.name,
+            "session": origin.session,
+            "source": origin.source,
+        }
+        extra = dict(detail or {})
         with self.state.transaction():
-            self.state.add_event(
-                outcome,
-                skill=record.name,
-                session=record.session,
-                source=source,
-                detail={
-                    "path": str(path),
-                    "sha256": record.sha256,
-                    "version": int(version) if str(version).isdigit() else None,
-                    **(detail or {}),
-                    "recovered": "the write's event was lost in a crash",
-                },
-            )
-            if also:
-                also(outcome)
-        if outcome == "updated":
-            self.usage.bump(record.name, "patch")
-        return WriteResult(outcome, record.name, path, record.sha256)
+            if isinstance(outcome, Written):
+                self.state.settle_provenance(self.name, outcome.name, outcome.sha256)
+                if outcome.recovered:
+                    extra["recovered"] = "the write's event was lost in a crash"
+                self.state.add_event(
+                    outcome.kind,
+                    **common,
+                    reason=reason,
+                    detail={
+                        "path": str(outcome.path),
+                        "sha256": outcome.sha256,
+                        "version": outcome.version,
+                        **extra,
+                    },
+                )
+            elif isinstance(outcome, Unchanged):
+                self.state.add_event(
+                    "unchanged",
+                    **common,
+                    reason=reason,
+                    detail={"path": str(outcome.path), **extra},
+                )
+            elif isinstance(outcome, Refused):
+                self.state.add_event(outcome.kind, **common, reason=outcome.reason, detail=extra)
+            else:
+                self.state.add_event(
+                    "error", **common, reason=f"could not write: {outcome.reason}", detail=extra
+                )
+
+    def apply(self, doc: SkillDoc, origin: Origin, *, force: bool = False) -> Written | Unchanged:
+        """Write and commit at once (a person's or an agent's tool's write). Raises
+        LibraryError (Protected, CapReached) for a refusal and OSError for a failed write."""
+        from skilld.errors import CapReached
+
+        outcome = self.write(doc, origin, force=force)
+        self.commit(outcome, origin)
+        if isinstance(outcome, Refused):
+            error = {"protected": Protected, "cap": CapReached}.get(outcome.kind, LibraryError)
+            raise error(outcome.reason)
+        if isinstance(outcome, WriteFailed):
+            raise LibraryError(f"could not write {outcome.name}: {outcome.reason}")
+        return outcome
 
     def _new_path(self, name: str) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
-        try:
-            if self.layout == "flat":
-                return contained_path(self.root, f"{name}.md")
-            return contained_path(self.root, name, SKILL_FILE)
-        except UnsafePath as exc:
-            raise LibraryError(str(exc)) from None
+        if self.layout == "flat":
+            return contained_path(self.root, f"{name}.md")
+        return contained_path(self.root, name, SKILL_FILE)
 
     def _entry_for_change(self, name: str) -> SkillEntry:
         name = self.check_name(name)
-        entry = self.get(name)
+        entry = self.entry(name)
         if entry is None:
-            raise NotFound(f"no skill named {name}")
+            if self.get(name) is not None:
+                raise Protected(f"{name} is owned by external, not skilld")
+            raise NotFound(f"no skill named {name} in library {self.name}")
         try:
             contained_path(entry.root, *entry.path.relative_to(entry.root).parts)
         except (UnsafePath, ValueError) as exc:
             raise LibraryError(str(exc)) from None
         return entry
 
-    def delete(self, name: str, origin: Origin, *, force: bool = False) -> Path:
-        entry = self._entry_for_change(name)
-        self._require_changeable(entry, origin, None, force=force)
-        self._save_history(entry.name, entry.path)
-        if entry.layout == "dir":
-            shutil.rmtree(entry.path.parent)
-        else:
+    def _require_changeable(self, entry: SkillEntry, origin: Origin, *, force: bool) -> None:
+        if (reason := self.protection(entry, force=force)) is not None:
+            raise self._refuse(entry, reason, origin)
+
+    def delete(self, name: str, origin: Origin, *, force: bool = False) -> Deleted:
+        """Remove the skill file skilld wrote (kept in history). Files a person added beside
+        it (`scripts/`, `references/`) stay where they are, and so does their folder."""
+        with self.locked():
+            entry = self._entry_for_change(name)
+            self._require_changeable(entry, origin, force=force)
+            self._save_history(entry.name, entry.path)
+            kept: tuple[str, ...] = ()
             entry.path.unlink()
-        with self.state.transaction():
-            self.state.drop_provenance(entry.name)
-            self.state.add_event(
-                "deleted",
-                skill=entry.name,
-                source=origin.source,
-                session=origin.session,
-                detail={"path": str(entry.path)},
-            )
-        self.usage.forget(entry.name)
-        return entry.path
+            if entry.layout == "dir":
+                folder = entry.path.parent
+                kept = tuple(
+                    sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
+                )
+                if not kept:
+                    with contextlib.suppress(OSError):
+                        for sub in sorted(folder.rglob("*"), reverse=True):
+                            sub.rmdir()
+                        folder.rmdir()
+            with self.state.transaction():
+                self.state.drop_provenance(self.name, entry.name)
+                self.state.add_event(
+                    "deleted",
+                    library=self.name,
+                    skill=entry.name,
+                    source=origin.source,
+                    session=origin.session,
+                    detail={"path": str(entry.path), **({"kept": list(kept)} if kept else {})},
+                )
+            self.usage.forget(entry.name)
+            return Deleted(entry.path, kept)
 
     def set_pinned(self, name: str, pinned: bool, origin: Origin) -> None:
         name = self.check_name(name)
         if self.get(name) is None and self.usage.get(name) is None:
-            raise NotFound(f"no skill named {name}")
+            raise NotFound(f"no skill named {name} in library {self.name}")
         self.usage.set_pinned(name, pinned)
-        self.state.add_event("pinned" if pinned else "unpinned", skill=name, source=origin.source)
+        self.state.add_event(
+            "pinned" if pinned else "unpinned",
+            library=self.name,
+            skill=name,
+            source=origin.source,
+        )
 
     # -- archive -----------------------------------------------------------------------------
+
+    def _archive_root(self) -> Path:
+        """`<root>/.archive`, refused when it is a link: archiving must never move a skill
+        out of the root."""
+        archive_root = self.root / ARCHIVE_DIR
+        if archive_root.is_symlink() or (archive_root.exists() and not archive_root.is_dir()):
+            raise LibraryError(f"{archive_root} is not a plain folder inside {self.root}")
+        return archive_root
 
     def archive(
         self,
@@ -661,43 +776,49 @@ class Library:
         reason: str | None = None,
         force: bool = False,
         detail: dict[str, Any] | None = None,
+        mark_usage: bool = True,
     ) -> Path:
-        """Move a skill under `.archive/` (restorable, never deleted)."""
-        entry = self._entry_for_change(name)
-        if entry.root != self.root:
-            raise self._refuse(entry.name, f"{entry.name} is owned by external", origin, None)
-        self._require_changeable(entry, origin, None, force=force)
-        archive_root = self.root / ARCHIVE_DIR
-        archive_root.mkdir(exist_ok=True)
-        stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%SZ")
-        source = entry.path.parent if entry.layout == "dir" else entry.path
-        target_name = entry.name if entry.layout == "dir" else f"{entry.name}.md"
-        target = archive_root / target_name
-        if target.exists():
-            target = archive_root / (
-                f"{entry.name}-{stamp}" if entry.layout == "dir" else f"{entry.name}-{stamp}.md"
-            )
-        os.replace(source, target)
-        archived_at = datetime.fromtimestamp(self._clock(), UTC).isoformat(timespec="seconds")
-        self.usage.set_state(entry.name, "archived", archived_at=archived_at)
-        with self.state.transaction():
+        """Move a skill under `.archive/` (restorable, never deleted).
+
+        `mark_usage=False` leaves the usage record's state to the caller (the curator marks
+        every archive of a pass in one sidecar write)."""
+        with self.locked():
+            entry = self._entry_for_change(name)
+            self._require_changeable(entry, origin, force=force)
+            archive_root = self._archive_root()
+            archive_root.mkdir(exist_ok=True)
+            stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%SZ")
+            source = entry.path.parent if entry.layout == "dir" else entry.path
+            target_name = entry.name if entry.layout == "dir" else f"{entry.name}.md"
+            target = archive_root / target_name
+            if target.exists():
+                target = archive_root / (
+                    f"{entry.name}-{stamp}" if entry.layout == "dir" else f"{entry.name}-{stamp}.md"
+                )
+            os.replace(source, target)
+            if mark_usage:
+                archived_at = datetime.fromtimestamp(self._clock(), UTC)
+                self.usage.set_state(entry.name, "archived", archived_at=archived_at)
             new_path = target / SKILL_FILE if entry.layout == "dir" else target
-            if self.state.provenance(entry.name):
-                self.state.put_provenance(entry.name, path=str(new_path), sha256=entry.sha256 or "")
-            self.state.add_event(
-                "archived",
-                skill=entry.name,
-                source=origin.source,
-                reason=reason,
-                detail={"path": str(new_path), **(detail or {})},
-            )
-        return target
+            with self.state.transaction():
+                self.state.move_provenance(self.name, entry.name, str(new_path))
+                self.state.add_event(
+                    "archived",
+                    library=self.name,
+                    skill=entry.name,
+                    source=origin.source,
+                    reason=reason,
+                    detail={"path": str(new_path), **(detail or {})},
+                )
+            return target
 
     def archived(self) -> dict[str, Path]:
         """Archived skills by name -> their folder or file (newest archive wins a clash)."""
         found: dict[str, tuple[float, Path]] = {}
         root = self.root / ARCHIVE_DIR
-        with contextlib.suppress(FileNotFoundError):
+        if root.is_symlink():
+            return {}
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             for child in os.scandir(root):
                 if child.name.startswith(".") or child.is_symlink():
                     continue
@@ -715,25 +836,31 @@ class Library:
         return {name: path for name, (_, path) in found.items()}
 
     def restore(self, name: str, origin: Origin) -> Path:
-        name = self.check_name(name)
-        source = self.archived().get(name)
-        if source is None:
-            raise NotFound(f"no archived skill named {name}")
-        if self.get(name) is not None:
-            raise LibraryError(f"a skill named {name} exists already; delete or rename it first")
-        target = self.root / name if source.is_dir() else self.root / f"{name}.md"
-        os.replace(source, target)
-        skill_file = target / SKILL_FILE if target.is_dir() else target
-        self.usage.restore(name)
-        with self.state.transaction():
-            # The hash recorded at archive time stays: a copy edited inside the archive comes
-            # back human-owned, exactly as an edit in place would have made it.
-            if record := self.state.provenance(name):
-                self.state.put_provenance(name, path=str(skill_file), sha256=record.sha256)
-            self.state.add_event(
-                "restored", skill=name, source=origin.source, detail={"path": str(skill_file)}
-            )
-        return skill_file
+        with self.locked():
+            name = self.check_name(name)
+            source = self.archived().get(name)
+            if source is None:
+                raise NotFound(f"no archived skill named {name} in library {self.name}")
+            if self.entry(name) is not None:
+                raise LibraryError(
+                    f"a skill named {name} exists already; delete or rename it first"
+                )
+            target = self.root / name if source.is_dir() else self.root / f"{name}.md"
+            os.replace(source, target)
+            skill_file = target / SKILL_FILE if target.is_dir() else target
+            self.usage.restore(name)
+            with self.state.transaction():
+                # The hash recorded at archive time stays: a copy edited inside the archive
+                # comes back human-owned, exactly as an edit in place would have made it.
+                self.state.move_provenance(self.name, name, str(skill_file))
+                self.state.add_event(
+                    "restored",
+                    library=self.name,
+                    skill=name,
+                    source=origin.source,
+                    detail={"path": str(skill_file)},
+                )
+            return skill_file
 
     # -- history -----------------------------------------------------------------------------
 
@@ -766,44 +893,59 @@ class Library:
 
     def rollback(
         self, name: str, origin: Origin, *, version: str | None = None, force: bool = False
-    ) -> WriteResult:
-        """Restore a saved version (the newest by default); the current one is kept too."""
-        entry = self._entry_for_change(name)
-        versions = self.history(entry.name)
-        if not versions:
-            raise NotFound(f"{entry.name} has no saved versions")
-        chosen = (
-            versions[-1]
-            if version is None
-            else next((v for v in versions if v.version == version), None)
-        )
-        if chosen is None:
-            raise NotFound(f"{entry.name} has no version {version}")
-        self._require_changeable(entry, origin, None, force=force)
-        data = chosen.path.read_bytes()
-        self._save_history(entry.name, entry.path)
-        digest = sha256_bytes(data)
-        self.state.put_provenance(
-            entry.name, path=str(entry.path), sha256=digest, prev_sha256=entry.sha256
-        )
-        atomic_write(entry.path, data)
-        with self.state.transaction():
-            self.state.put_provenance(entry.name, path=str(entry.path), sha256=digest)
-            self.state.add_event(
-                "rolled_back",
-                skill=entry.name,
-                source=origin.source,
-                detail={"version": chosen.version, "sha256": digest},
+    ) -> Written:
+        """Restore a saved version (the newest by default); the current one is kept too.
+
+        A skill skilld deleted comes back the same way: its last version is in history.
+        """
+        with self.locked():
+            name = self.check_name(name)
+            entry = self.entry(name)
+            if entry is None and self.get(name) is not None:
+                raise Protected(f"{name} is owned by external, not skilld")
+            versions = self.history(name)
+            if not versions:
+                raise NotFound(f"{name} has no saved versions in library {self.name}")
+            chosen = (
+                versions[-1]
+                if version is None
+                else next((v for v in versions if v.version == version), None)
             )
-        self.usage.bump(entry.name, "patch")
-        return WriteResult("updated", entry.name, entry.path, digest)
+            if chosen is None:
+                raise NotFound(f"{name} has no version {version}")
+            if entry is not None:
+                self._require_changeable(entry, origin, force=force)
+                path = entry.path
+                self._save_history(name, entry.path)
+            else:
+                path = self._new_path(name)
+            data = chosen.path.read_bytes()
+            digest = sha256_bytes(data)
+            self.state.put_provenance(
+                self.name,
+                name,
+                path=str(path),
+                sha256=digest,
+                prev_sha256=entry.sha256 if entry else None,
+            )
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data)
+            with self.state.transaction():
+                self.state.settle_provenance(self.name, name, digest)
+                self.state.add_event(
+                    "rolled_back",
+                    library=self.name,
+                    skill=name,
+                    source=origin.source,
+                    detail={"version": chosen.version, "sha256": digest, "path": str(path)},
+                )
+            if entry is None:
+                self._ensure_record(name)
+            else:
+                self.usage.bump(name, "patch")
+            return Written("updated", name, path, digest, 0)
 
 
-def _same_skill(current: SkillDoc, proposed: SkillDoc) -> bool:
-    """Same text for the agent; the version counter alone is no change."""
-    return (
-        current.description == proposed.description
-        and current.when_to_use == proposed.when_to_use
-        and current.body.strip() == proposed.body.strip()
-        and current.disable_model_invocation == proposed.disable_model_invocation
-    )
+def _os_reason(exc: OSError) -> str:
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"

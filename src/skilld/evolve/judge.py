@@ -1,0 +1,144 @@
+"""Judging a model's reply, as pure functions over plain values: what it proposes, whether it
+is valid for the library, whether it duplicates a skill, whether a person must see it first,
+and whose fault a failed call was.
+
+Nothing here touches a file, the network or a clock; the supervisor acts on the verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from skilld.evolve.contract import RAW_REPLY_LIMIT, Decline, Proposal, Violation, parse_reply
+from skilld.evolve.safety import risky_patterns
+from skilld.evolve.similar import Candidate, closest
+from skilld.llm import LLMError
+from skilld.redact import merge_counts, redact
+from skilld.skills.document import InvalidSkill, SkillDoc, validate_skill
+from skilld.skills.names import InvalidName, apply_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Propose:
+    doc: SkillDoc
+    reason: str
+    scope: str = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    reason: str
+    raw: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: LLMError
+
+
+Verdict = Propose | Skip | Invalid | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What a proposal must satisfy to be written into a library."""
+
+    dialect: str
+    max_content_chars: int
+    name_prefix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    verdict: Propose | Skip | Invalid
+    #: Secrets found in the reply (kind -> count), replaced before anything is kept.
+    redactions: dict[str, int]
+
+
+def judge_reply(
+    text: str | None,
+    *,
+    finish_reason: str | None,
+    refusal: str | None,
+    rules: Rules,
+    existing: Iterable[str] = (),
+) -> Judged:
+    """Parse, redact, name and validate a reply. `existing` names the skills the model was
+    shown: a proposal for one of them keeps its name, a new one gets the library's prefix."""
+    parsed = parse_reply(text, finish_reason=finish_reason, refusal=refusal)
+    if isinstance(parsed, Violation):
+        return Judged(Invalid(parsed.reason, parsed.raw), {})
+    if isinstance(parsed, Decline):
+        return Judged(Skip(parsed.reason), {})
+    return judge_proposal(parsed, rules=rules, existing=existing, raw=text or "")
+
+
+def judge_proposal(
+    proposal: Proposal, *, rules: Rules, existing: Iterable[str], raw: str
+) -> Judged:
+
+    redactions = [
+        redact(text) for text in (proposal.description, proposal.when_to_use, proposal.content)
+    ]
+    counts = merge_counts(*(r.counts for r in redactions))
+    description, when_to_use, content = (r.text for r in redactions)
+    name = proposal.name
+    try:
+        if name not in set(existing):
+            name = apply_prefix(name, rules.name_prefix or None, dialect=rules.dialect)
+        doc = SkillDoc(
+            name=name, description=description, when_to_use=when_to_use or None, body=content
+        )
+        validate_skill(doc, rules.dialect, max_content_chars=rules.max_content_chars)
+    except (InvalidName, InvalidSkill) as exc:
+        return Judged(Invalid(str(exc), raw[:RAW_REPLY_LIMIT]), counts)
+    return Judged(Propose(doc, proposal.reason, proposal.scope), counts)
+
+
+def near_duplicate(
+    doc: SkillDoc, skills: Iterable[SkillDoc], threshold: float
+) -> dict[str, Any] | None:
+    """The skill `doc` nearly duplicates (by name, description and body), if any: a proposed
+    new skill that close to an existing one is a change of that one."""
+    match = closest(
+        Candidate(doc.name, doc.description, doc.body),
+        (Candidate(s.name, s.description, s.body) for s in skills),
+        threshold,
+    )
+    if match is None:
+        return None
+    return {"proposed": doc.name, "near_duplicate_of": match.name, "score": match.score}
+
+
+def redirect(doc: SkillDoc, near: dict[str, Any]) -> SkillDoc:
+    return replace(doc, name=near["near_duplicate_of"])
+
+
+def hold_reason(doc: SkillDoc, *, review_mode: bool) -> str | None:
+    """Why a person must approve `doc` before it is published, or None."""
+    risky = risky_patterns(doc.body, doc.description, doc.when_to_use or "")
+    if risky:
+        return "download-and-execute: " + ", ".join(risky)
+    return "review mode" if review_mode else None
+
+
+#: Words with which a 400 names the configuration rather than the request's content.
+_CONFIGURATION_WORDS = ("model", "api key", "api_key", "authentication", "unauthorized")
+
+
+def is_windows_fault(error: LLMError) -> bool:
+    """Whether a failed call says something about the window itself (a 400 that names the
+    request: too long, bad content) rather than about the service (down, overloaded, the key
+    or the model wrong, the spend cap, an open circuit). Only the window's own faults count
+    toward `max_attempts`; every other failure waits for the service to answer again."""
+    if error.kind != "bad_request":
+        return False
+    message = error.message.lower()
+    return not any(word in message for word in _CONFIGURATION_WORDS)

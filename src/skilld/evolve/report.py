@@ -1,0 +1,88 @@
+"""What a tick did and what its windows cost: plain values for `status`, `replay` and tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from skilld.evolve.window import estimate_tokens
+from skilld.llm import LLMReply
+
+#: How many source errors a tick keeps for `status`; the total is always counted.
+MAX_REPORTED_SOURCE_ERRORS = 100
+
+
+@dataclass
+class Spend:
+    """What the LLM calls of one window cost, from the server's `usage` or else estimated."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False  # some count is an estimate: the server sent no usage
+    #: Of those, the calls that merged a proposal into an existing skill.
+    merge_calls: int = 0
+
+    def add(self, reply: LLMReply, messages: list[dict[str, Any]], *, merge: bool = False) -> None:
+        self.calls += reply.attempts
+        self.merge_calls += reply.attempts if merge else 0
+        prompt = reply.usage.get("prompt_tokens")
+        completion = reply.usage.get("completion_tokens")
+        if prompt is None or completion is None:
+            self.estimated = True
+        if prompt is None:
+            prompt = estimate_tokens("\n".join(str(m.get("content", "")) for m in messages))
+        if completion is None:
+            completion = estimate_tokens(reply.content or "")
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRecord:
+    """One settled window: what came of it and what it cost (`skilld replay` reports these)."""
+
+    session: str
+    source: str
+    first_message: int
+    last_message: int
+    outcome: str
+    skill: str | None
+    spend: Spend
+    library: str | None = None
+    path: str | None = None
+
+
+@dataclass
+class TickReport:
+    started_at: float
+    duration: float = 0.0
+    sessions_read: int = 0
+    messages_read: int = 0
+    windows: int = 0
+    llm_calls: int = 0
+    skipped_lines: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    deferred: Counter[str] = field(default_factory=Counter)
+    source_errors: list[str] = field(default_factory=list)
+    records: list[WindowRecord] = field(default_factory=list)
+    #: The LLM could not answer (down, refusing the key or model, the spend cap): its windows
+    #: wait for a later tick.
+    outage: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "started_at": self.started_at,
+            "duration_seconds": round(self.duration, 3),
+            "sessions_read": self.sessions_read,
+            "messages_read": self.messages_read,
+            "windows": self.windows,
+            "llm_calls": self.llm_calls,
+            "skipped_lines": self.skipped_lines,
+            "outcomes": dict(self.outcomes),
+            "deferred": dict(self.deferred),
+            "source_errors": self.source_errors[:MAX_REPORTED_SOURCE_ERRORS],
+            "source_errors_total": len(self.source_errors),
+            "outage": self.outage,
+        }

@@ -1,0 +1,54 @@
+"""From configuration to the parts of a tick: the LLM client's settings and the sources, each
+bound to the library it feeds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skilld.config import Config
+from skilld.llm import LLMSettings
+from skilld.routing import Routing, source_id_of
+from skilld.transcripts.model import Source
+from skilld.transcripts.registry import build_source
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBinding:
+    id: str  # "<kind>:<path>": the key of its sessions' cursors in state.db
+    kind: str
+    source: Source
+    library: str  # the user library its sessions learn into
+
+
+def llm_settings(config: Config) -> LLMSettings:
+    llm = config.llm
+    return LLMSettings(
+        base_url=llm.base_url,
+        model=llm.model,
+        api_key=llm.api_key(),
+        timeout_seconds=llm.timeout_seconds,
+        max_retries=llm.max_retries,
+        response_format=llm.response_format,
+        max_concurrency=llm.max_concurrency,
+        max_calls_per_hour=llm.max_calls_per_hour,
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
+    )
+
+
+def bind_sources(config: Config, routing: Routing) -> list[SourceBinding]:
+    """A source per route, built with the evolve settings that shape what it reads."""
+    bindings = []
+    for route in routing.routes:
+        spec = route.source
+        assert spec.path is not None  # routing resolved every path
+        source = build_source(
+            spec.kind,
+            spec.path,
+            glob=spec.glob or None,
+            include_subagents=spec.include_subagents,
+            tool_result_max_chars=config.evolve.tool_result_max_chars,
+            max_line_bytes=config.evolve.max_line_bytes,
+        )
+        bindings.append(SourceBinding(source_id_of(spec), spec.kind, source, route.library))
+    return bindings

@@ -1,0 +1,307 @@
+"""Where skills land (DESIGN.md §9): the libraries, and which library each source feeds.
+
+A library is one skills dir with its dialect, layout, cap, name prefix, ownership, history and
+usage sidecar. Resolution is a pure function of the configuration and the agents found on this
+machine:
+
+* `[[libraries]]` tables declare libraries; a table named after an agent's library (`dsh`,
+  `claude`, `codex`, `hermes`) takes that agent's defaults for every key it leaves out;
+* else a `[skills]` table with an explicit `dir` is the single library (`default`) of every
+  source, as before libraries existed;
+* else each agent found gets its own library, the one it loads.
+
+`[skills]`'s other keys (cap, prefix, content limit, history) are defaults for every library;
+dialect and layout come from the agent unless a `[[libraries]]` table says otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from skilld.config import Config, LibraryConfig, SourceConfig, dsh_home, hermes_home
+from skilld.errors import ConfigError
+
+#: The name of the single library of a `[skills] dir` configuration.
+DEFAULT_LIBRARY = "default"
+#: Separates a user library's name from a project root in a project library's name.
+PROJECT_MARK = "@"
+
+
+def claude_home() -> Path:
+    value = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(value) if value else Path.home() / ".claude"
+
+
+def agents_home() -> Path:
+    return Path.home() / ".agents"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDefaults:
+    """What an agent loads: its library's name, dir, dialect and project skills dir."""
+
+    library: str
+    dir: Callable[[], Path]
+    dialect: str
+    project_dir: str | None
+    #: The agent finds skills below category folders (`<dir>/<category>/<name>/SKILL.md`).
+    recursive: bool = False
+
+
+#: Source kind -> the library its agent loads (see the README's "Configure for your agent").
+AGENTS: Mapping[str, AgentDefaults] = {
+    "dsh": AgentDefaults("dsh", lambda: dsh_home() / "skills", "dsh", ".dsh/skills"),
+    "claude-code": AgentDefaults(
+        "claude", lambda: claude_home() / "skills", "claude", ".claude/skills"
+    ),
+    "codex": AgentDefaults(
+        "codex", lambda: agents_home() / "skills", "agentskills", ".agents/skills"
+    ),
+    "hermes": AgentDefaults(
+        "hermes", lambda: hermes_home() / "skills", "agentskills", None, recursive=True
+    ),
+}
+_AGENT_BY_LIBRARY = {defaults.library: kind for kind, defaults in AGENTS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class LibrarySpec:
+    """One library, every key resolved."""
+
+    name: str
+    dir: Path
+    dialect: str
+    layout: str
+    max_managed: int
+    name_prefix: str
+    project_dir: str | None
+    remote: str | None
+    branch: str
+    recursive: bool
+    extra_dirs: tuple[Path, ...]
+    max_content_chars: int
+    history_keep: int
+    #: The source kind whose agent loads this library, when it is an agent's own.
+    agent: str | None = None
+    #: For a project library: the project root it belongs to.
+    project_root: Path | None = None
+
+    @property
+    def storage_key(self) -> str:
+        """A path component naming this library in the state dir (history, review, locks)."""
+        return storage_key(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    source: SourceConfig  # its `path` resolved
+    library: str
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    libraries: Mapping[str, LibrarySpec]
+    routes: tuple[Route, ...]
+    #: The sources were found on this machine (no `[[sources]]` configured).
+    detected: bool = False
+
+    def library_of(self, source_id: str) -> LibrarySpec:
+        for route in self.routes:
+            if source_id_of(route.source) == source_id:
+                return self.libraries[route.library]
+        raise KeyError(source_id)
+
+
+def source_id_of(source: SourceConfig) -> str:
+    return f"{source.kind}:{source.path}"
+
+
+def storage_key(name: str) -> str:
+    user, mark, root = name.partition(PROJECT_MARK)
+    if not mark:
+        return name
+    slug = re.sub(r"[^a-z0-9]+", "-", Path(root).name.lower()).strip("-") or "root"
+    digest = hashlib.sha256(root.encode("utf-8")).hexdigest()[:10]
+    return f"{user}{PROJECT_MARK}{slug}-{digest}"
+
+
+def resolve(config: Config, *, detected_sources: Callable[[], tuple[SourceConfig, ...]]) -> Routing:
+    """The libraries and routes of `config`. Raises ConfigError naming what to fix.
+
+    `detected_sources` lists the agents found on this machine; it is consulted only when the
+    configuration names no `[[sources]]`.
+    """
+    from skilld.transcripts.registry import default_path
+
+    detected = not config.sources
+    sources = config.sources or detected_sources()
+    declared = {table.name: _declared(table, config) for table in config.libraries}
+    explicit_dir = config.origins.get("skills.dir") in ("file", "env")
+    if declared and explicit_dir:
+        raise ConfigError(
+            "with [[libraries]] tables, set `dir` in each library instead", "skills.dir"
+        )
+    libraries: dict[str, LibrarySpec] = dict(declared)
+    if explicit_dir:
+        libraries[DEFAULT_LIBRARY] = _legacy(config)
+    routes = []
+    for index, source in enumerate(sources):
+        key = f"sources[{index}].library"
+        try:
+            path = source.path or default_path(source.kind)
+        except ValueError as exc:
+            raise ConfigError(str(exc), f"sources[{index}].path") from None
+        name = _route(source, libraries, declared=bool(declared), legacy=explicit_dir, key=key)
+        if name not in libraries:
+            libraries[name] = _agent_library(AGENTS[_AGENT_BY_LIBRARY[name]], config)
+        routes.append(Route(replace(source, path=path), name))
+    _check_distinct_dirs(libraries)
+    return Routing(libraries, tuple(routes), detected=detected)
+
+
+def project_library(user: LibrarySpec, root: Path) -> LibrarySpec:
+    """The library of `root`'s project skills for the agent of `user` (its own cap, history,
+    ownership and usage sidecar)."""
+    assert user.project_dir is not None
+    return replace(
+        user,
+        name=f"{user.name}{PROJECT_MARK}{root}",
+        dir=root / user.project_dir,
+        project_dir=None,
+        remote=None,
+        recursive=False,
+        extra_dirs=(),
+        project_root=root,
+    )
+
+
+def project_root_of(cwd: str) -> Path:
+    """The nearest ancestor of `cwd` holding `.git`, else `cwd` itself (DSH's rule)."""
+    start = Path(cwd)
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return start
+
+
+def _route(
+    source: SourceConfig,
+    libraries: Mapping[str, LibrarySpec],
+    *,
+    declared: bool,
+    legacy: bool,
+    key: str,
+) -> str:
+    agent = AGENTS.get(source.kind)
+    if source.library:
+        if source.library in libraries or (not declared and source.library in _AGENT_BY_LIBRARY):
+            return source.library
+        known = ", ".join(sorted(libraries)) or "none"
+        raise ConfigError(f"no library named {source.library!r} (known: {known})", key)
+    if legacy:
+        return DEFAULT_LIBRARY
+    if agent is not None and (agent.library in libraries or not declared):
+        return agent.library
+    if len(libraries) == 1:
+        return next(iter(libraries))
+    if not libraries:
+        raise ConfigError(
+            f"a {source.kind} source must name its library (set `library`, and declare it "
+            "in a [[libraries]] table)",
+            key,
+        )
+    raise ConfigError(
+        f"which library does this {source.kind} source feed? set `library` to one of "
+        f"{', '.join(sorted(libraries))}",
+        key,
+    )
+
+
+def _declared(table: LibraryConfig, config: Config) -> LibrarySpec:
+    kind = _AGENT_BY_LIBRARY.get(table.name)
+    agent = AGENTS[kind] if kind is not None else None
+    if table.dir is None and agent is None:
+        raise ConfigError(
+            f"required for a library that is not an agent's own ({', '.join(_AGENT_BY_LIBRARY)})",
+            f"libraries.{table.name}.dir",
+        )
+    base = _agent_library(agent, config) if agent is not None else _legacy(config)
+    project_dir = base.project_dir if table.project_dir is None else (table.project_dir or None)
+    return replace(
+        base,
+        name=table.name,
+        dir=table.dir if table.dir is not None else base.dir,
+        dialect=table.dialect or base.dialect,
+        layout=table.layout or base.layout,
+        max_managed=table.max_managed if table.max_managed is not None else base.max_managed,
+        name_prefix=table.name_prefix if table.name_prefix is not None else base.name_prefix,
+        project_dir=project_dir,
+        remote=_remote(table.remote, config),
+        branch=table.branch,
+        agent=kind,
+    )
+
+
+def _legacy(config: Config) -> LibrarySpec:
+    skills = config.skills
+    return LibrarySpec(
+        name=DEFAULT_LIBRARY,
+        dir=skills.dir,
+        dialect=skills.dialect,
+        layout=skills.layout,
+        max_managed=skills.max_managed,
+        name_prefix=skills.name_prefix,
+        project_dir=None,
+        remote=_remote(skills.remote, config),
+        branch=skills.branch,
+        recursive=False,
+        extra_dirs=skills.extra_dirs,
+        max_content_chars=skills.max_content_chars,
+        history_keep=skills.history_keep,
+    )
+
+
+def _agent_library(agent: AgentDefaults, config: Config) -> LibrarySpec:
+    kind = _AGENT_BY_LIBRARY[agent.library]
+    return replace(
+        _legacy(config),
+        name=agent.library,
+        dir=agent.dir(),
+        dialect=agent.dialect,
+        layout="dir",
+        project_dir=agent.project_dir,
+        remote=None,
+        branch="main",
+        recursive=agent.recursive,
+        agent=kind,
+    )
+
+
+def _remote(remote: str | None, config: Config) -> str | None:
+    """A remote given as a relative path is relative to the config file, like other paths."""
+    if not remote:
+        return None
+    if "://" in remote or re.match(r"^[\w.-]+@[\w.-]+:", remote):
+        return remote  # a URL, or scp-like `user@host:path`
+    path = Path(os.path.expandvars(os.path.expanduser(remote)))
+    if not path.is_absolute() and config.path is not None:
+        path = config.path.parent.resolve() / path
+    return str(path)
+
+
+def _check_distinct_dirs(libraries: Mapping[str, LibrarySpec]) -> None:
+    seen: dict[Path, str] = {}
+    for name, spec in libraries.items():
+        where = Path(os.path.abspath(spec.dir))
+        if where in seen:
+            raise ConfigError(
+                f"libraries {seen[where]!r} and {name!r} share the dir {spec.dir}; "
+                "each library needs its own",
+                "libraries",
+            )
+        seen[where] = name
