@@ -120,7 +120,6 @@ class SkillTools:
                 raise Refused(f"{entry.name} is broken: {entry.error}")
             text = entry.path.read_text(encoding="utf-8", errors="replace")
             app.usage.bump(entry.name, "view")
-            app.usage.flush()
         return text
 
     @contextlib.contextmanager

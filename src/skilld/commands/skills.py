@@ -149,7 +149,6 @@ def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
 def cmd_usage(app: App, args: argparse.Namespace) -> int:
     app.library.check_name(args.name)
     app.usage.bump(args.name, args.kind)
-    app.usage.flush()
     return 0
 
 

@@ -255,7 +255,6 @@ class Evolver:
             # The last tick's errors, also when there are none: a fixed file stops being listed.
             state.set_meta("source_errors", report.source_errors[:MAX_REPORTED_SOURCE_ERRORS])
             state.set_meta("source_errors_total", len(report.source_errors))
-        self.app.usage.flush()
 
     # -- reading -----------------------------------------------------------------------------
 
