@@ -5,9 +5,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -504,6 +507,76 @@ def test_the_lock_is_held_for_the_read_modify_write_only(store: UsageStore, tmp_
     assert lock_is_free(tmp_path)
     store.read()
     assert lock_is_free(tmp_path)
+
+
+HOLDER = """
+import fcntl, json, sys, time
+from pathlib import Path
+skills_dir = Path(sys.argv[1])
+lock = open(skills_dir / ".usage.json.lock", "a+")  # Hermes's open: creates a missing file
+fcntl.flock(lock, fcntl.LOCK_EX)
+data = json.loads((skills_dir / ".usage.json").read_text())
+(skills_dir.parent / "held").touch()
+while not (skills_dir.parent / "go").exists():
+    time.sleep(0.001)
+data["alpha"]["use_count"] += 1
+(skills_dir / ".usage.json").write_text(json.dumps(data))
+"""
+
+
+def _waits_on_flock(path: Path) -> bool:
+    """Whether /proc/locks shows some process blocked in flock on the file at `path`."""
+    inode = f":{path.stat().st_ino} "
+    return any("-> FLOCK" in line and inode in line for line in Path("/proc/locks").open())
+
+
+def test_a_lock_file_replaced_under_a_cached_descriptor_is_reopened(tmp_path: Path) -> None:
+    skills_dir = tmp_path / "skills"
+    store = UsageStore(skills_dir)
+    store.bump("alpha", "use")  # the store now caches a descriptor of the lock file
+    (skills_dir / LOCK_FILE).unlink()  # someone cleans the dir up
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HOLDER), str(skills_dir)])
+    try:
+        while not (tmp_path / "held").exists():
+            assert holder.poll() is None
+            time.sleep(0.001)
+        bumper = threading.Thread(target=store.bump, args=("alpha", "use"))
+        bumper.start()
+        # Locking the orphaned inode would let the bump through now, and lose the holder's.
+        while bumper.is_alive() and not _waits_on_flock(skills_dir / LOCK_FILE):
+            time.sleep(0.001)
+        (tmp_path / "go").touch()
+        bumper.join()
+        assert holder.wait(timeout=60) == 0
+    finally:
+        holder.kill()
+    assert read_file(skills_dir)["alpha"]["use_count"] == 3
+
+
+UMASK_WORKER = """
+import os, sys
+from pathlib import Path
+from skilld.skills.usage import UsageStore
+os.umask(int(sys.argv[2], 8))
+store = UsageStore(Path(sys.argv[1]))
+store.read()  # the file is corrupt: copied aside, rebuilt
+store.bump("alpha", "use")
+"""
+
+
+@pytest.mark.parametrize(("umask", "mode"), [("002", 0o664), ("077", 0o600), ("022", 0o644)])
+def test_files_honour_the_umask(tmp_path: Path, umask: str, mode: int) -> None:
+    skills_dir = tmp_path / "skills"
+    skills_dir.mkdir()
+    (skills_dir / ".usage.json").write_text("{broken")
+    os.chmod(skills_dir / ".usage.json", 0o600)
+    worker = [sys.executable, "-c", textwrap.dedent(UMASK_WORKER), str(skills_dir), umask]
+    subprocess.run(worker, check=True)
+    made = {p.name: stat.S_IMODE(p.stat().st_mode) for p in skills_dir.iterdir()}
+    copies = [name for name in made if name.startswith(CORRUPT_PREFIX)]
+    assert len(copies) == 1 and set(made) == {".usage.json", LOCK_FILE, *copies}
+    assert set(made.values()) == {mode}
+    assert read_file(skills_dir)["alpha"]["use_count"] == 1
 
 
 # -- concurrency, across real processes --------------------------------------------------------

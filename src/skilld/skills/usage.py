@@ -13,9 +13,10 @@ process per bump, whose start-up costs far more than the write, and the daemon r
 uses as one `bump_many` batch, a single read-modify-write for the lot.
 
 The file is written one entry per line, keys sorted, with the C encoder (Hermes indents with the
-pure-Python one: the same JSON, slower). A corrupt `.usage.json` is copied aside to
-`.usage.json.corrupt-<UTC stamp>`, reported to `on_corrupt`, and rebuilt from the records that
-can still be decoded; it never silently becomes empty.
+pure-Python one: the same JSON, slower). Every file is created with mode 0o666 less the umask,
+so `UMask=0002` in a service unit gives the agent's group write access. A corrupt `.usage.json`
+is copied aside to `.usage.json.corrupt-<UTC stamp>`, reported to `on_corrupt`, and rebuilt from
+the records that can still be decoded; it never silently becomes empty.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ _RECORD_MARKERS: Final = frozenset(
 _KEY_BEFORE_OBJECT = re.compile(r'"((?:[^"\\\n]|\\.)*)"\s*:\s*(?=\{)')
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
 _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_MODE: Final = 0o644
+#: Let the umask decide: a fixed 0o644 would take group write away from a shared skills dir.
+_FILE_MODE: Final = 0o666
 
 CorruptHandler = Callable[[Path, str], None]
 
@@ -241,6 +243,10 @@ def _write_fd(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 class UsageStore:
@@ -471,9 +477,22 @@ class UsageStore:
                     self._on_corrupt(copy_path, reason)
 
     def _lock(self) -> int:
-        fd = self._lock_fd_here()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
+        """Hold `flock` on the file now at `.usage.json.lock`; its descriptor.
+
+        A lock file deleted or replaced under a held descriptor would leave this process
+        locking an inode nobody else opens any more, so after each `flock` the descriptor is
+        checked against the path, and reopened until they agree.
+        """
+        while True:
+            fd = self._lock_fd_here()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if _same_file(os.fstat(fd), os.stat(self.lock_path)):
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # also drops the lock on the orphaned inode
+            self._lock_fd = None
 
     def _lock_fd_here(self) -> int:
         # A forked child shares its parent's open file description, and with it the flock:
