@@ -380,7 +380,6 @@ async def test_dry_run_leaves_the_tree_byte_identical(tmp_path: Path, clock: Clo
         assert state_of(app, "to-reactivate") == "stale"
         clock.advance(days=100)
         app.library.usage.bump("to-reactivate", "use")
-        app.library.usage.flush()
         with app.library.usage.transaction() as records:
             records["to-stale"]["last_used_at"] = format_timestamp(clock() - timedelta(days=45))
         events_before = len(app.state.events())

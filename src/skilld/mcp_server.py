@@ -124,7 +124,6 @@ class SkillTools:
                 raise Refused(f"{entry.name} is broken: {entry.error}")
             text = entry.path.read_text(encoding="utf-8", errors="replace")
             library.usage.bump(entry.name, "view")
-            library.usage.flush()
         return text
 
     @contextlib.contextmanager

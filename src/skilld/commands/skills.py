@@ -246,7 +246,6 @@ def cmd_usage(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
     library.check_name(args.name)
     library.usage.bump(args.name, args.kind)
-    library.usage.flush()
     return 0
 
 
