@@ -49,7 +49,7 @@ from skilld.state import Provenance, SessionState
 from skilld.transcripts.model import Message, Source
 from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.registry import build_source, default_path, default_sources
-from skilld.transcripts.usage_inference import infer_skill_uses
+from skilld.transcripts.signals import SkillSignal, skill_signals
 
 #: How many source errors a tick keeps for `status`; the total is always counted.
 MAX_REPORTED_SOURCE_ERRORS = 100
@@ -272,7 +272,7 @@ class Evolver:
         )
         report.skipped_lines += scan.skipped_lines + sum(r.skipped_lines for r in scan.reads)
         report.source_errors.extend(scan.errors)
-        uses: list[str] = []
+        signals: list[SkillSignal] = []
         skills_dir = self.config.skills.dir
         with state.transaction():
             for read in scan.reads:
@@ -297,8 +297,7 @@ class Evolver:
                 state.save_session(session)
                 report.sessions_read += 1 if read.messages else 0
                 report.messages_read += len(read.messages)
-                uses.extend(read.skill_uses)
-                uses.extend(infer_skill_uses(read.messages, skills_dir))
+                signals.extend(skill_signals(read, [skills_dir]))
             gone = cursors.keys() - scan.seen
             if gone:
                 for key in state.forget_sessions(sid, gone):
@@ -307,9 +306,9 @@ class Evolver:
                 # A first look that saw nothing because the source failed is no first look:
                 # the backfill policy still applies to the files it will find once readable.
                 state.set_meta(started_key, True)
-        if uses:
+        if signals:
             known = {entry.name for entry in self.app.library.discover()}
-            bumps = [(name, "use") for name in uses if name in known]
+            bumps = [(signal.name, signal.kind) for signal in signals if signal.name in known]
             if bumps:
                 self.app.usage.bump_many(bumps)
 
