@@ -789,6 +789,22 @@ def test_cursors_name_their_file_relative_to_the_root(tmp_path: Path) -> None:
     assert (second.reset, texts(second)) == (False, [("user", "q2"), ("assistant", "a2")])
 
 
+def test_a_cursor_written_before_files_were_named_relatively_reads_on(root: Path) -> None:
+    """Older cursors spelled the absolute path; their content mark still holds."""
+    session = DshSession(root, "s")
+    session.append(*session.simple_turn("q1", "a1"))
+    cursors = cursors_of(DshSource(root).scan({}))
+    older = {key: value for key, value in cursors[session.key].items() if key != "file"}
+    older["path"] = str(session.path)
+
+    session.append(*session.simple_turn("q2", "a2"))
+    read = only_read(DshSource(root).scan({session.key: older}))
+
+    assert (read.reset, texts(read)) == (False, [("user", "q2"), ("assistant", "a2")])
+    assert read.cursor["file"] == "--home-me-proj--/s/session.jsonl.zstd"
+    assert "path" not in read.cursor
+
+
 @pytest.mark.parametrize("compressed", [True, False])
 def test_a_restored_copy_is_read_on_not_again(root: Path, compressed: bool) -> None:
     """Same bytes under a new inode (copied and renamed over, a remount): no reset."""

@@ -405,6 +405,19 @@ def test_a_key_held_by_a_file_away_for_now_is_not_given_to_a_newcomer(tmp_path: 
     assert store.scan().seen == {"jsonl:chat", "jsonl:b/chat"}
 
 
+def test_a_cursor_that_names_no_file_gets_its_name_without_a_reread(tmp_path: Path) -> None:
+    """Cursors written before they named their file: one quiet read names it."""
+    write_lines(tmp_path / "one.jsonl", [{"role": "user", "content": "one"}])
+    store = Store(JsonlSource(tmp_path))
+    store.scan()
+    older = {key: value for key, value in store.cursors["jsonl:one"].items() if key != "file"}
+
+    read = only_read(JsonlSource(tmp_path).scan({"jsonl:one": older}))
+
+    assert (read.messages, read.reset) == ([], False)
+    assert read.cursor == store.cursors["jsonl:one"]
+
+
 def test_settle_keys_is_deterministic_for_new_files() -> None:
     files = [
         SessionFile(Path("/r/a/chat.jsonl"), "jsonl:chat", relative="a/chat.jsonl"),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from skilld.transcripts._fileid import ContentMark, continues
 from skilld.transcripts._tailer import (
     FileVanished,
     TailError,
@@ -357,3 +358,36 @@ def test_symlink_to_a_file_is_followed(tmp_path: Path) -> None:
 
     assert result.lines == [b"one"]
     assert result.cursor["ino"] == os.stat(target).st_ino
+
+
+MARK = ContentMark(offset=100, head="h" * 32, tail="ab" * 16)
+
+
+@pytest.mark.parametrize(
+    ("size", "head", "tail", "same_inode", "expected"),
+    [
+        (100, "h" * 32, "ab" * 16, True, True),  # nothing appended
+        (150, "h" * 32, "ab" * 16, False, True),  # appended, under a new inode or device
+        (99, "h" * 32, "ab" * 16, True, False),  # shrunk below the offset
+        (150, "g" * 32, "ab" * 16, True, False),  # rewritten in place: another head
+        (150, "h" * 32, "cd" * 16, True, False),  # rewritten in place: other bytes before
+    ],
+)
+def test_content_decides_whether_a_file_continues(
+    size: int, head: str, tail: str, same_inode: bool, expected: bool
+) -> None:
+    assert continues(MARK, size=size, head=head, tail=tail, same_inode=same_inode) is expected
+
+
+def test_a_mark_without_a_tail_is_vouched_for_by_its_inode() -> None:
+    older = ContentMark(offset=100, head="h" * 32, tail=None)
+    assert continues(older, size=150, head="h" * 32, tail="cd" * 16, same_inode=True)
+    assert not continues(older, size=150, head="h" * 32, tail="ab" * 16, same_inode=False)
+
+
+def test_marks_round_trip_through_cursors_and_reject_what_is_not_one() -> None:
+    assert ContentMark.from_cursor(MARK.to_cursor()) == MARK
+    whole_digest = {**MARK.to_cursor(), "head": "h" * 64}  # older cursors kept all of SHA-256
+    assert ContentMark.from_cursor(whole_digest) == MARK
+    for broken in ({"offset": -1}, {"offset": True}, {"head": "short"}, {"tail": 3}):
+        assert ContentMark.from_cursor({**MARK.to_cursor(), **broken}) is None

@@ -93,7 +93,9 @@ class Source(Protocol):
         session never seen). A session without a cursor is read from its start, unless its
         modification time is older than `start_new_at_end_before` (epoch seconds): then it
         starts at its end (the backfill policy) and yields no messages, only a cursor.
-        Sessions whose cursor shows nothing new are not in `reads` but are in `seen`.
+        Sessions whose cursor shows nothing new are not in `reads` but are in `seen`, and so
+        are those the source cannot look at now (a missing or unreadable root or sub-tree).
+        A key, once given to a session, never changes.
         Never raises for bad content: malformed records are counted in `skipped_lines`.
         """
         ...
