@@ -62,10 +62,6 @@ def continues(mark: ContentMark, *, size: int, head: str, tail: str, same_inode:
     return tail == mark.tail
 
 
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:DIGEST_HEX_CHARS]
-
-
 def read_mark(handle: BinaryIO, offset: int, head_length: int) -> ContentMark:
     """The mark of the open file at `offset`, its head being its first `head_length` bytes."""
     head, tail = _look(handle, offset, head_length)
@@ -88,4 +84,4 @@ def _look(handle: BinaryIO, offset: int, head_length: int) -> tuple[str, str]:
     start = max(0, offset - TAIL_BYTES)
     handle.seek(start)
     tail = handle.read(offset - start) if offset > start else b""
-    return digest(head), tail.hex()
+    return hashlib.sha256(head).hexdigest()[:DIGEST_HEX_CHARS], tail.hex()
