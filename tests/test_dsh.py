@@ -17,14 +17,12 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skilld.transcripts import dsh
-from skilld.transcripts.dsh import (
-    OPEN_TURN_RELEASE_SECONDS,
-    DshSource,
-    FrameFormatError,
-    frame_end,
-)
+from skilld.transcripts.dsh import DshSource
+from skilld.transcripts.dsh import files as dsh_files
+from skilld.transcripts.dsh.digest import OPEN_TURN_RELEASE_SECONDS
+from skilld.transcripts.dsh.frames import FrameFormatError, frame_end
 from skilld.transcripts.model import Message, ScanResult, SessionRead, ToolCall
+from skilld.transcripts.signals import SkillSignal, skill_signals
 
 T0 = 1_786_000_000_000  # epoch ms
 
@@ -291,7 +289,7 @@ def test_chunk_rows_never_reach_a_message(root: Path) -> None:
         assert noise not in rendered
 
 
-def test_skill_tool_calls_become_skill_uses(root: Path) -> None:
+def test_skill_tool_calls_stay_tool_calls_and_signal_once(root: Path) -> None:
     session = DshSession(root, "s")
     session.append(
         session.turn_start(),
@@ -307,7 +305,11 @@ def test_skill_tool_calls_become_skill_uses(root: Path) -> None:
         session.turn_end(),
     )
     read = only_read(DshSource(root).scan({}))
-    assert read.skill_uses == ["pdf-tools", "release-notes"]
+    assert read.signals == []  # the calls are in the messages: skill_signals counts them there
+    assert skill_signals(read, []) == [
+        SkillSignal("pdf-tools", "use"),
+        SkillSignal("release-notes", "use"),
+    ]
 
 
 def test_a_turn_that_ends_without_a_final_answer_is_closed(root: Path) -> None:
@@ -371,7 +373,7 @@ def test_unchanged_file_is_answered_from_stat_without_opening_it(
         opened.append(str(file))
         return builtins.open(file, *args, **kwargs)
 
-    monkeypatch.setattr(dsh, "open", spying_open, raising=False)
+    monkeypatch.setattr(dsh_files, "open", spying_open, raising=False)
     # A fresh source (a restarted daemon) must manage with the stored cursors alone.
     result = DshSource(root).scan(cursors)
     assert result.reads == []
@@ -726,7 +728,7 @@ def test_unreadable_file_keeps_its_cursor(root: Path, monkeypatch: pytest.Monkey
         raise PermissionError(13, "Permission denied", str(file))
 
     # Permission bits do not stop root, so the refusal comes from open() itself.
-    monkeypatch.setattr(dsh, "open", denied, raising=False)
+    monkeypatch.setattr(dsh_files, "open", denied, raising=False)
     result = DshSource(root).scan(cursors)
     assert result.seen == {session.key}
     assert result.reads == []
@@ -737,6 +739,96 @@ def test_missing_root_is_an_error_not_an_exception(tmp_path: Path) -> None:
     result = DshSource(tmp_path / "nowhere").scan({})
     assert result.reads == [] and result.seen == set()
     assert len(result.errors) == 1
+
+
+def test_a_root_moved_away_keeps_every_cursor(root: Path) -> None:
+    session = DshSession(root, "s")
+    session.append(*session.simple_turn("q", "a"))
+    cursors = cursors_of(DshSource(root).scan({}))
+    cursors["jsonl:other"] = {}  # another kind's: not this source's to keep
+
+    away = root.with_name("away")
+    root.rename(away)
+    gone = DshSource(root).scan(cursors)
+    assert (gone.reads, gone.seen) == ([], {session.key})
+
+    away.rename(root)
+    back = DshSource(root).scan(cursors)
+    assert (back.reads, back.seen) == ([], {session.key})
+
+
+def test_a_deleted_session_is_forgotten_a_missing_project_is_not(root: Path) -> None:
+    deleted = DshSession(root, "deleted", project="--a--")
+    deleted.append(*deleted.simple_turn("q", "a"))
+    kept = DshSession(root, "kept", project="--a--")
+    kept.append(*kept.simple_turn("q", "a"))
+    away = DshSession(root, "away", project="--b--")
+    away.append(*away.simple_turn("q", "a"))
+    cursors = cursors_of(DshSource(root).scan({}))
+
+    # DSH removes a session with its own directory; the project directory stays.
+    deleted.path.unlink()
+    deleted.path.parent.rmdir()
+    (root / "--b--").rename(root.with_name("b-away"))
+    result = DshSource(root).scan(cursors)
+
+    assert result.seen == {kept.key, away.key}
+
+
+def test_cursors_name_their_file_relative_to_the_root(tmp_path: Path) -> None:
+    """However the root is spelled (a symlink, `~`), a cursor means the same file."""
+    real = tmp_path / "sessions"
+    session = DshSession(real, "s")
+    session.append(*session.simple_turn("q1", "a1"))
+    (tmp_path / "link").symlink_to(real)
+    first = only_read(DshSource(tmp_path / "link").scan({}))
+    assert first.cursor["file"] == "--home-me-proj--/s/session.jsonl.zstd"
+
+    session.append(*session.simple_turn("q2", "a2"))
+    second = only_read(DshSource(real).scan(cursor_of(first)))
+    assert (second.reset, texts(second)) == (False, [("user", "q2"), ("assistant", "a2")])
+
+
+def test_a_cursor_written_before_files_were_named_relatively_reads_on(root: Path) -> None:
+    """Older cursors spelled the absolute path; their content mark still holds."""
+    session = DshSession(root, "s")
+    session.append(*session.simple_turn("q1", "a1"))
+    cursors = cursors_of(DshSource(root).scan({}))
+    older = {key: value for key, value in cursors[session.key].items() if key != "file"}
+    older["path"] = str(session.path)
+
+    session.append(*session.simple_turn("q2", "a2"))
+    read = only_read(DshSource(root).scan({session.key: older}))
+
+    assert (read.reset, texts(read)) == (False, [("user", "q2"), ("assistant", "a2")])
+    assert read.cursor["file"] == "--home-me-proj--/s/session.jsonl.zstd"
+    assert "path" not in read.cursor
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_restored_copy_is_read_on_not_again(root: Path, compressed: bool) -> None:
+    """Same bytes under a new inode (copied and renamed over, a remount): no reset."""
+    session = DshSession(root, "s", compressed=compressed)
+    session.append(*session.simple_turn("q1", "a1"))
+    source = DshSource(root)
+    cursors = cursors_of(source.scan({}))
+
+    copy = session.path.with_name("copy")
+    copy.write_bytes(session.path.read_bytes())
+    os.replace(copy, session.path)
+    session.append(*session.simple_turn("q2", "a2"))
+    cursors[session.key]["dev"] += 1  # and another device, as after a remount
+    read = only_read(source.scan(cursors))
+
+    assert read.reset is False
+    assert texts(read) == [("user", "q2"), ("assistant", "a2")]
+    assert read.cursor["ino"] == session.path.stat().st_ino
+
+
+def test_the_session_cwd_comes_from_its_header(root: Path) -> None:
+    session = DshSession(root, "s", cwd="/home/me/shop")
+    session.append(*session.simple_turn("q", "a"))
+    assert only_read(DshSource(root).scan({})).cwd == "/home/me/shop"
 
 
 def test_same_session_in_two_files_is_read_once(root: Path) -> None:
@@ -842,6 +934,7 @@ def test_sqlite_store_is_read_only_and_incremental(tmp_path: Path) -> None:
     source = DshSource(store.path)
     first = only_read(source.scan({}))
     assert first.session == "dsh:session-db"
+    assert first.cwd == "/p"
     assert texts(first) == [("user", "db question"), ("assistant", "db answer")]
     assert digest_of(store.path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch", "sessions.db"]
@@ -878,6 +971,17 @@ def test_sqlite_subagents_and_bad_rows(tmp_path: Path) -> None:
     with_subagents = DshSource(store.path, include_subagents=True).scan({})
     labels = {read.session: read.label for read in with_subagents.reads}
     assert labels == {"dsh:parent": None, "dsh:child": "subagent of parent"}
+
+
+def test_a_store_moved_away_keeps_its_cursors(tmp_path: Path) -> None:
+    store = Store(tmp_path / "sessions.db")
+    store.add_session("session-db")
+    store.add_events("session-db", DshSession(tmp_path / "scratch", "x").simple_turn("q", "a"))
+    cursors = cursors_of(DshSource(store.path).scan({}))
+
+    store.path.rename(tmp_path / "moved.db")
+    result = DshSource(store.path).scan(cursors)
+    assert (result.reads, result.seen) == ([], {"dsh:session-db"})
 
 
 def test_a_file_that_is_neither_directory_nor_database(tmp_path: Path) -> None:

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
+from skilld.transcripts._filesource import SessionFile, Whereabouts, may_forget, settle_keys
 from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
 from skilld.transcripts.hermes import HermesSource
 from skilld.transcripts.jsonl import JsonlSource
 from skilld.transcripts.model import Message, ScanResult, SessionRead, Source
 from skilld.transcripts.registry import SOURCE_KINDS, build_source, default_path
+from skilld.transcripts.signals import SkillSignal
 
 # --------------------------------------------------------------------------- helpers
 
@@ -297,6 +299,151 @@ def test_symlinked_directories_are_not_followed(tmp_path: Path) -> None:
     assert result.errors == []
 
 
+def test_a_missing_root_keeps_every_cursor(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    write_lines(root / "a" / "one.jsonl", [{"role": "user", "content": "one"}])
+    store = Store(JsonlSource(root))
+    store.scan()
+    store.cursors["codex:other"] = {}  # another kind's cursor is none of this source's business
+
+    root.rename(tmp_path / "away")
+    result = JsonlSource(root).scan(store.cursors)
+
+    assert result == ScanResult(reads=[], seen={"jsonl:one"})
+
+
+def test_an_unreadable_root_or_sub_tree_keeps_the_cursors_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_lines(tmp_path / "a" / "one.jsonl", [{"role": "user", "content": "one"}])
+    write_lines(tmp_path / "b" / "two.jsonl", [{"role": "user", "content": "two"}])
+    store = Store(JsonlSource(tmp_path))
+    store.scan()
+    real_scandir = os.scandir
+
+    def refusing(denied: set[Path]) -> Any:
+        def scandir(path: Any = ".") -> Any:
+            if Path(path) in denied:
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_scandir(path)
+
+        return scandir
+
+    # Permission bits do not stop root, so the refusal comes from listing itself.
+    monkeypatch.setattr(os, "scandir", refusing({tmp_path / "a"}))
+    sub_tree = JsonlSource(tmp_path).scan(store.cursors)
+    assert sub_tree.seen == {"jsonl:one", "jsonl:two"}
+    assert any("Permission denied" in error for error in sub_tree.errors)
+
+    monkeypatch.setattr(os, "scandir", refusing({tmp_path}))
+    whole_root = JsonlSource(tmp_path).scan(store.cursors)
+    assert whole_root.seen == {"jsonl:one", "jsonl:two"}
+
+
+def test_a_missing_sub_tree_keeps_its_cursors_a_deleted_file_does_not(tmp_path: Path) -> None:
+    write_lines(tmp_path / "a" / "one.jsonl", [{"role": "user", "content": "one"}])
+    write_lines(tmp_path / "b" / "two.jsonl", [{"role": "user", "content": "two"}])
+    write_lines(tmp_path / "b" / "three.jsonl", [{"role": "user", "content": "three"}])
+    store = Store(JsonlSource(tmp_path))
+    store.scan()
+
+    (tmp_path / "a").rename(tmp_path.parent / f"{tmp_path.name}-a-away")
+    (tmp_path / "b" / "three.jsonl").unlink()
+    result = store.scan()
+
+    assert result.seen == {"jsonl:one", "jsonl:two"}
+    assert set(store.cursors) == {"jsonl:one", "jsonl:two"}
+
+
+def test_an_empty_mount_point_is_not_the_directory_that_held_the_files(tmp_path: Path) -> None:
+    """An unmounted volume leaves its mount point, empty, on another device."""
+    write_lines(tmp_path / "one.jsonl", [{"role": "user", "content": "one"}])
+    store = Store(JsonlSource(tmp_path))
+    store.scan()
+    from_the_volume = {"jsonl:one": {**store.cursors["jsonl:one"], "dev": -1}}
+
+    (tmp_path / "one.jsonl").unlink()
+    result = JsonlSource(tmp_path).scan(from_the_volume)
+
+    assert result.seen == {"jsonl:one"}
+
+
+def test_may_forget_only_gone_files_of_directories_still_there() -> None:
+    same_device = 7
+    assert may_forget(Whereabouts(file_there=False, holder_device=7), same_device)
+    assert may_forget(Whereabouts(file_there=True, holder_device=7), same_device)
+    assert may_forget(Whereabouts(file_there=True, holder_device=9), same_device)
+    assert not may_forget(Whereabouts(file_there=False, holder_device=9), same_device)
+    assert not may_forget(Whereabouts(file_there=False, holder_device=None), same_device)
+    assert may_forget(None, None)  # a cursor that names no file, under a listed root
+
+
+def test_a_second_file_with_the_same_stem_does_not_rekey_the_first(tmp_path: Path) -> None:
+    first = tmp_path / "a" / "chat.jsonl"
+    write_lines(first, [{"role": "user", "content": "first"}])
+    store = Store(JsonlSource(tmp_path))
+    assert store.scan().seen == {"jsonl:chat"}
+
+    write_lines(tmp_path / "b" / "chat.jsonl", [{"role": "user", "content": "second"}])
+    write_lines(first, [{"role": "assistant", "content": "more"}], mode="a")
+    result = store.scan()
+
+    texts = {read.session: [m.text for m in read.messages] for read in result.reads}
+    assert texts == {"jsonl:chat": ["more"], "jsonl:b/chat": ["second"]}
+    # A fresh source (a restarted daemon) settles the same keys from the cursors alone.
+    assert JsonlSource(tmp_path).scan(store.cursors).seen == {"jsonl:chat", "jsonl:b/chat"}
+
+
+def test_a_key_held_by_a_file_away_for_now_is_not_given_to_a_newcomer(tmp_path: Path) -> None:
+    write_lines(tmp_path / "a" / "chat.jsonl", [{"role": "user", "content": "first"}])
+    store = Store(JsonlSource(tmp_path))
+    store.scan()
+
+    (tmp_path / "a").rename(tmp_path.parent / f"{tmp_path.name}-away")
+    write_lines(tmp_path / "b" / "chat.jsonl", [{"role": "user", "content": "second"}])
+
+    assert store.scan().seen == {"jsonl:chat", "jsonl:b/chat"}
+
+
+def test_a_cursor_that_names_no_file_gets_its_name_without_a_reread(tmp_path: Path) -> None:
+    """Cursors written before they named their file: one quiet read names it."""
+    write_lines(tmp_path / "one.jsonl", [{"role": "user", "content": "one"}])
+    store = Store(JsonlSource(tmp_path))
+    store.scan()
+    older = {key: value for key, value in store.cursors["jsonl:one"].items() if key != "file"}
+
+    read = only_read(JsonlSource(tmp_path).scan({"jsonl:one": older}))
+
+    assert (read.messages, read.reset) == ([], False)
+    assert read.cursor == store.cursors["jsonl:one"]
+
+
+def test_settle_keys_is_deterministic_for_new_files() -> None:
+    files = [
+        SessionFile(Path("/r/a/chat.jsonl"), "jsonl:chat", relative="a/chat.jsonl"),
+        SessionFile(Path("/r/b/chat.jsonl"), "jsonl:chat", relative="b/chat.jsonl"),
+        SessionFile(Path("/r/c/solo.jsonl"), "jsonl:solo", relative="c/solo.jsonl"),
+    ]
+    fresh = [file.key for file in settle_keys(files, {})]
+    assert fresh == ["jsonl:a/chat", "jsonl:b/chat", "jsonl:solo"]
+    assert [file.key for file in settle_keys(files[::-1], {})] == fresh[::-1]
+    owned = settle_keys(files, {"b/chat.jsonl": "jsonl:chat"})
+    assert [file.key for file in owned] == ["jsonl:a/chat", "jsonl:chat", "jsonl:solo"]
+
+
+def test_cursors_name_their_file_however_the_root_is_spelled(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    write_lines(real / "a" / "one.jsonl", [{"role": "user", "content": "one"}])
+    (tmp_path / "link").symlink_to(real)
+    store = Store(JsonlSource(tmp_path / "link"))
+    store.scan()
+    assert store.cursors["jsonl:one"]["file"] == "a/one.jsonl"
+
+    write_lines(real / "a" / "one.jsonl", [{"role": "user", "content": "two"}], mode="a")
+    read = only_read(JsonlSource(real).scan(store.cursors))
+    assert (read.reset, [m.text for m in read.messages]) == (False, ["two"])
+
+
 # --------------------------------------------------------------------------- claude-code
 
 SESSION = "5f1c2e9a-7c1b-4c53-9d55-1a2b3c4d5e6f"
@@ -481,9 +628,10 @@ def test_claude_code_normalises_a_session(tmp_path: Path) -> None:
     )
     assert read.messages[2].text.endswith("…[cut 469 chars]")
     assert read.messages[2].tool_call_id == "toolu_1"
-    # The Skill call is visible in messages (usage inference counts it); the attachment adds
-    # only the skill not already counted.
-    assert read.skill_uses == ["deploy-notes"]
+    # The Skill call is visible in messages (skill_signals counts it there); the attachment
+    # adds only the skill not already counted.
+    assert read.signals == [SkillSignal("deploy-notes", "use")]
+    assert read.cwd == "/home/dev/shop"
     assert read.skipped_lines == 0
     assert read.messages[0].timestamp == "2026-01-20T11:57:18.000Z"
 
@@ -498,12 +646,12 @@ def test_claude_code_joins_results_and_remembers_skills_across_reads(tmp_path: P
     write_lines(session, CLAUDE_SESSION[7:], mode="a")
     read = only_read(store.scan())
     assert read.messages[0].tool_name == "Read"
-    assert read.skill_uses == ["deploy-notes"]
+    assert read.signals == [SkillSignal("deploy-notes", "use")]
 
     # A compaction re-injects the same skills: they are not counted again.
     write_lines(session, [CLAUDE_SESSION[12]], mode="a")
     again = only_read(store.scan())
-    assert again.skill_uses == []
+    assert again.signals == []
 
 
 SUBAGENT = [
@@ -671,8 +819,9 @@ def test_codex_normalises_and_joins_call_outputs_across_reads(tmp_path: Path) ->
         ("assistant", "Let me look.", ("shell",), None),
     ]
     assert first.messages[1].tool_calls[0].call_id == "call_1"
-    assert first.skill_uses == ["release-notes"]
-    assert first.cursor["state"] == {"calls": {"call_1": "shell"}}
+    assert first.signals == [SkillSignal("release-notes", "use")]
+    assert first.cursor["state"] == {"calls": {"call_1": "shell"}, "cwd": "/work/x"}
+    assert first.cwd == "/work/x"
 
     codex_rollout(tmp_path, CODEX_SECOND)
     second = only_read(store.scan())
@@ -690,8 +839,21 @@ def test_codex_normalises_and_joins_call_outputs_across_reads(tmp_path: Path) ->
     assert shell_arguments == '{"command":["cat","a.txt"],"workdir":"/work/x"}'
     assert "hunter2" not in repr(second.messages)
     assert second.skipped_lines == 1
-    assert "state" not in second.cursor
+    assert second.cursor["state"] == {"cwd": "/work/x"}  # the answered call is forgotten
+    assert second.cwd == "/work/x"  # carried: only the first line and turn contexts name it
     assert rollout.exists()
+
+
+def test_codex_cwd_follows_turn_contexts(tmp_path: Path) -> None:
+    codex_rollout(tmp_path, CODEX_FIRST)
+    store = Store(CodexSource(tmp_path))
+    assert only_read(store.scan()).cwd == "/work/x"
+
+    codex_rollout(
+        tmp_path,
+        [codex("turn_context", {"cwd": "/work/y"}), text_message("user", "now over here")],
+    )
+    assert only_read(store.scan()).cwd == "/work/y"
 
 
 def test_codex_session_id_from_session_meta_when_the_name_has_none(tmp_path: Path) -> None:
@@ -860,6 +1022,18 @@ def test_hermes_reads_incrementally(tmp_path: Path) -> None:
     db.close()
 
 
+def test_hermes_reports_the_session_cwd_when_its_schema_has_one(tmp_path: Path) -> None:
+    db = Hermes(tmp_path / "state.db")
+    db.session("older")
+    db.message("older", "user", "no cwd column yet")
+    assert only_read(HermesSource(tmp_path / "state.db").scan({})).cwd is None
+
+    db.connection.execute("ALTER TABLE sessions ADD COLUMN cwd TEXT")
+    db.connection.execute("UPDATE sessions SET cwd = '/home/dev/notes'")
+    assert only_read(HermesSource(tmp_path / "state.db").scan({})).cwd == "/home/dev/notes"
+    db.close()
+
+
 def test_hermes_opens_the_database_read_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -941,10 +1115,12 @@ def test_hermes_start_new_at_end_before(tmp_path: Path) -> None:
     db.close()
 
 
-def test_hermes_missing_database_is_empty_not_an_error(tmp_path: Path) -> None:
-    result = HermesSource(tmp_path / "state.db").scan({"hermes:x": {"last_id": 3}})
+def test_hermes_missing_database_keeps_cursors_and_is_no_error(tmp_path: Path) -> None:
+    """A database moved away (or on a mount not there yet): when it is back, nothing is read
+    twice."""
+    result = HermesSource(tmp_path / "state.db").scan({"hermes:x": {"last_id": 3}, "codex:y": {}})
 
-    assert result == ScanResult(reads=[], seen=set())
+    assert result == ScanResult(reads=[], seen={"hermes:x"})
     assert not (tmp_path / "state.db").exists()
 
 

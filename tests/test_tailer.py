@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import builtins
+import hashlib
 import io
 import os
 import tracemalloc
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from skilld.transcripts.tailer import (
+from skilld.transcripts._fileid import ContentMark, continues
+from skilld.transcripts._tailer import (
     FileVanished,
     TailError,
     read_appended_lines,
@@ -81,19 +83,86 @@ def test_truncated_file_is_read_again_from_the_start(tmp_path: Path) -> None:
     assert result.cursor["offset"] == 4
 
 
-def test_replaced_file_with_a_new_inode_is_read_again(tmp_path: Path) -> None:
+def test_replaced_file_with_other_content_is_read_again(tmp_path: Path) -> None:
     log = tmp_path / "s.jsonl"
     log.write_bytes(b"one\ntwo\n")
     first = read_appended_lines(log, None)
 
     replacement = tmp_path / "next.jsonl"
-    replacement.write_bytes(b"one\ntwo\nthree\n")  # longer, same start: only the inode tells
+    replacement.write_bytes(b"one\nTWO\nthree\n")  # longer, same head, other bytes before
     os.replace(replacement, log)
     result = read_appended_lines(log, first.cursor)
 
     assert result.reset is True
-    assert result.lines == [b"one", b"two", b"three"]
+    assert result.lines == [b"one", b"TWO", b"three"]
     assert result.cursor["ino"] == os.stat(log).st_ino
+
+
+def test_same_content_under_a_new_inode_is_read_on_from_the_offset(tmp_path: Path) -> None:
+    """A file copied and renamed over itself (or restored from a backup) with more appended."""
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b"one\ntwo\n")
+    first = read_appended_lines(log, None)
+
+    replacement = tmp_path / "next.jsonl"
+    replacement.write_bytes(b"one\ntwo\nthree\n")
+    os.replace(replacement, log)
+    assert os.stat(log).st_ino != first.cursor["ino"]
+    result = read_appended_lines(log, first.cursor)
+
+    assert result.reset is False
+    assert result.lines == [b"three"]
+    assert result.cursor["ino"] == os.stat(log).st_ino
+
+
+def test_a_new_device_with_the_same_content_is_no_reset(tmp_path: Path) -> None:
+    """A remount gives every file a new st_dev: the bytes decide, not the device."""
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b"one\ntwo\n")
+    first = read_appended_lines(log, None)
+    elsewhere = {**first.cursor, "dev": first.cursor["dev"] + 1}
+
+    append(log, b"three\n")
+    result = read_appended_lines(log, elsewhere)
+
+    assert result.reset is False
+    assert result.lines == [b"three"]
+    assert result.cursor["dev"] == os.stat(log).st_dev
+
+
+def test_bytes_changed_just_before_the_offset_are_read_again(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b"x" * 100 + b"\nlast line\n")
+    first = read_appended_lines(log, None)
+
+    with open(log, "r+b") as handle:  # same inode, same head, a later byte rewritten
+        handle.seek(101)
+        handle.write(b"L")
+    append(log, b"more\n")
+    result = read_appended_lines(log, first.cursor)
+
+    assert result.reset is True
+    assert result.lines == [b"x" * 100, b"Last line", b"more"]
+
+
+def test_a_cursor_without_a_tail_trusts_its_inode(tmp_path: Path) -> None:
+    """Cursors written before tails were kept: the inode decides, as it did then."""
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b"one\ntwo\n")
+    first = read_appended_lines(log, None)
+    older = {key: value for key, value in first.cursor.items() if key != "tail"}
+    older["head"] = hashlib.sha256(b"one\ntwo\n").hexdigest()  # the whole digest, as then
+
+    append(log, b"three\n")
+    same_inode = read_appended_lines(log, older)
+    assert (same_inode.reset, same_inode.lines) == (False, [b"three"])
+    assert "tail" in same_inode.cursor
+
+    replacement = tmp_path / "next.jsonl"
+    replacement.write_bytes(log.read_bytes())
+    os.replace(replacement, log)
+    new_inode = read_appended_lines(log, older)
+    assert (new_inode.reset, new_inode.lines) == (True, [b"one", b"two", b"three"])
 
 
 def test_same_size_rewrite_in_place_is_read_again(tmp_path: Path) -> None:
@@ -289,3 +358,36 @@ def test_symlink_to_a_file_is_followed(tmp_path: Path) -> None:
 
     assert result.lines == [b"one"]
     assert result.cursor["ino"] == os.stat(target).st_ino
+
+
+MARK = ContentMark(offset=100, head="h" * 32, tail="ab" * 16)
+
+
+@pytest.mark.parametrize(
+    ("size", "head", "tail", "same_inode", "expected"),
+    [
+        (100, "h" * 32, "ab" * 16, True, True),  # nothing appended
+        (150, "h" * 32, "ab" * 16, False, True),  # appended, under a new inode or device
+        (99, "h" * 32, "ab" * 16, True, False),  # shrunk below the offset
+        (150, "g" * 32, "ab" * 16, True, False),  # rewritten in place: another head
+        (150, "h" * 32, "cd" * 16, True, False),  # rewritten in place: other bytes before
+    ],
+)
+def test_content_decides_whether_a_file_continues(
+    size: int, head: str, tail: str, same_inode: bool, expected: bool
+) -> None:
+    assert continues(MARK, size=size, head=head, tail=tail, same_inode=same_inode) is expected
+
+
+def test_a_mark_without_a_tail_is_vouched_for_by_its_inode() -> None:
+    older = ContentMark(offset=100, head="h" * 32, tail=None)
+    assert continues(older, size=150, head="h" * 32, tail="cd" * 16, same_inode=True)
+    assert not continues(older, size=150, head="h" * 32, tail="ab" * 16, same_inode=False)
+
+
+def test_marks_round_trip_through_cursors_and_reject_what_is_not_one() -> None:
+    assert ContentMark.from_cursor(MARK.to_cursor()) == MARK
+    whole_digest = {**MARK.to_cursor(), "head": "h" * 64}  # older cursors kept all of SHA-256
+    assert ContentMark.from_cursor(whole_digest) == MARK
+    for broken in ({"offset": -1}, {"offset": True}, {"head": "short"}, {"tail": 3}):
+        assert ContentMark.from_cursor({**MARK.to_cursor(), **broken}) is None

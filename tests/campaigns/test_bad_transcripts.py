@@ -35,7 +35,8 @@ from typing import Any
 import pytest
 import zstandard
 
-from skilld.transcripts import dsh, tailer
+from skilld.transcripts import _tailer as tailer
+from skilld.transcripts.dsh import files as dsh_files
 from skilld.transcripts.model import ScanResult, Source
 from skilld.transcripts.registry import build_source
 from tests.conftest import Workspace
@@ -566,8 +567,8 @@ READERS = {
     "jsonl": [(tailer, "_read_lines")],
     "claude-code": [(tailer, "_read_lines")],
     "codex": [(tailer, "_read_lines")],
-    "dsh-zstd": [(dsh, "_read_zstd_tail")],
-    "dsh-plain": [(dsh, "_read_plain_tail")],
+    "dsh-zstd": [(dsh_files, "_read_zstd_tail")],
+    "dsh-plain": [(dsh_files, "_read_plain_tail")],
 }
 
 

@@ -49,7 +49,8 @@ from skilld.skills.document import (
 from skilld.skills.names import CLAUDE_RESERVED_WORDS, NAME_PATTERN
 from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
-from skilld.transcripts.dsh import NOISE_EVENT_TYPES, DshSource
+from skilld.transcripts.dsh import DshSource
+from skilld.transcripts.dsh.digest import NOISE_EVENT_TYPES
 from skilld.transcripts.hermes import HermesSource
 from skilld.transcripts.jsonl import JsonlSource
 from skilld.transcripts.model import ScanResult, Source
@@ -556,7 +557,8 @@ def check_scan(result: ScanResult) -> int:
             assert isinstance(message.text, str)
             for call in message.tool_calls:
                 assert isinstance(call.name, str) and isinstance(call.arguments, str)
-        assert all(isinstance(name, str) for name in read.skill_uses)
+        assert all(isinstance(signal.name, str) for signal in read.signals)
+        assert read.cwd is None or isinstance(read.cwd, str)
     return result.skipped_lines + sum(read.skipped_lines for read in result.reads)
 
 

@@ -82,7 +82,7 @@ from skilld.skills.library import Library, Origin, Refused, Unchanged, WriteFail
 from skilld.state import Held, KeptProposal, SessionState, StateDB
 from skilld.transcripts.model import Message
 from skilld.transcripts.normalise import cut_text
-from skilld.transcripts.usage_inference import infer_skill_uses
+from skilld.transcripts.signals import SkillSignal, skill_signals
 
 #: state.db meta: the wall-clock times of the LLM calls of the last hour (the spend cap).
 SPEND_KEY = "llm_spend"
@@ -211,7 +211,7 @@ class Evolver:
         report.skipped_lines += scan.skipped_lines + sum(r.skipped_lines for r in scan.reads)
         report.source_errors.extend(scan.errors)
         now = self.clock()
-        uses: list[tuple[str, str, str | None]] = []  # (skill, session, cwd)
+        signals: list[tuple[SkillSignal, str, str | None]] = []  # (signal, session, cwd)
         library = self.app.libraries[binding.library]
         with state.transaction():
             for read in scan.reads:
@@ -242,8 +242,9 @@ class Evolver:
                 state.save_session(session)
                 report.sessions_read += 1 if read.messages else 0
                 report.messages_read += len(read.messages)
-                names = [*read.skill_uses, *infer_skill_uses(read.messages, library.root)]
-                uses += [(name, read.session, session.cwd) for name in names]
+                dirs = self._skills_dirs(library, session.cwd)
+                found = skill_signals(read, list(dirs))
+                signals += [(signal, read.session, session.cwd) for signal in found]
             gone = cursors.keys() - scan.seen
             if gone:
                 for key in state.forget_sessions(sid, gone):
@@ -252,29 +253,45 @@ class Evolver:
                 # A first look that saw nothing because the source failed is no first look:
                 # the backfill policy still applies to the files it will find once readable.
                 state.set_meta(started_key, True)
-        if uses:
-            self._count_uses(library, uses)
+        if signals:
+            self._count_signals(library, signals)
 
-    def _count_uses(self, user: Library, uses: list[tuple[str, str, str | None]]) -> None:
-        """Bump each used skill in the library that holds it: the session's project library
-        when the name is there, else its user library; unknown names are not skills."""
-        by_library: dict[str, tuple[Library, Counter[tuple[str, str]]]] = {}
-        names = {entry.name for entry in user.discover(parse=False)}
-        for name, session, cwd in uses:
-            project = self._project_library(user, cwd, existing_only=True)
-            if project is not None and project.entry(name) is not None:
-                target = project
-            elif name in names:
-                target = user
+    def _skills_dirs(self, user: Library, cwd: str | None) -> dict[Path, Library]:
+        """Every skills dir a session may read a skill from: each library's, and its project's."""
+        dirs = {library.root: library for library in self.app.libraries.values()}
+        if (project := self._project_library(user, cwd, existing_only=True)) is not None:
+            dirs[project.root] = project
+        return dirs
+
+    def _count_signals(
+        self, user: Library, signals: list[tuple[SkillSignal, str, str | None]]
+    ) -> None:
+        """Bump each signal in the library that holds its skill: the one whose file was read,
+        else the session's project library when the name is there, else its user library.
+        Names no library holds are not skills."""
+        bumps: dict[str, tuple[Library, list[tuple[str, str]]]] = {}
+        uses: dict[str, Counter[tuple[str, str]]] = {}
+        names = {entry.name for entry in user.entries(parse=False)}
+        for signal, session, cwd in signals:
+            target: Library | None = None
+            if signal.skills_dir is not None:
+                target = self._skills_dirs(user, cwd).get(Path(signal.skills_dir))
             else:
+                project = self._project_library(user, cwd, existing_only=True)
+                if project is not None and project.entry(signal.name) is not None:
+                    target = project
+                elif signal.name in names:
+                    target = user
+            if target is None or target.entry(signal.name) is None:
                 continue
-            by_library.setdefault(target.name, (target, Counter()))[1][(name, session)] += 1
+            bumps.setdefault(target.name, (target, []))[1].append((signal.name, signal.kind))
+            if signal.kind == "use":
+                uses.setdefault(target.name, Counter())[(signal.name, session)] += 1
         at = datetime.fromtimestamp(self.clock(), UTC).isoformat(timespec="seconds")
-        for library, counts in by_library.values():
-            library.usage.bump_many(
-                [(name, "use") for (name, _), n in counts.items() for _ in range(n)]
-            )
-            self.app.state.record_uses(library.name, counts, at)
+        for name, (library, batch) in bumps.items():
+            library.usage.bump_many(batch)
+            if name in uses:
+                self.app.state.record_uses(name, uses[name], at)
 
     # -- gate and reflect ----------------------------------------------------------------------
 

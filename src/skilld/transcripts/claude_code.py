@@ -9,7 +9,9 @@ Dropped as noise: `isMeta` / compact-summary / transcript-only user records (ski
 command caveats, summaries the harness injected), synthetic and API-error assistant records,
 thinking blocks, and the bookkeeping types (summary, file-history-snapshot, progress,
 queue-operation, system, custom-title, ...). Attachments are dropped too, except that an
-`invoked_skills` attachment reports its skills as used.
+`invoked_skills` attachment reports its skills as used (a record-level signal; a `Skill` tool
+call is visible in the messages and counted from there, so the attachment adds only skills not
+counted yet). Every record carries the session's `cwd`: the read reports the last one.
 
 Subagents (`<project>/<session>/subagents/*.jsonl`, and the older `<project>/agent-*.jsonl`) are
 read only with `include_subagents`. Sidechain records inside a main session belong to a
@@ -18,12 +20,11 @@ subagent and are skipped there.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skilld.transcripts.filesource import LineFileSource, ParsedLines, SessionFile, find_files
+from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
 from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import (
     IMAGE_BLOCK_TYPES,
@@ -37,7 +38,7 @@ from skilld.transcripts.normalise import (
     remember_call,
     string_or_none,
 )
-from skilld.transcripts.usage_inference import skill_call_name
+from skilld.transcripts.signals import SkillSignal, skill_call_name
 
 #: User-record flags marking text the harness injected rather than the user typed.
 HARNESS_FLAGS = ("isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")
@@ -61,8 +62,6 @@ class ClaudeCodeSource(LineFileSource):
     default_glob = "*/*.jsonl"
 
     def session_files(self, errors: list[str]) -> list[SessionFile]:
-        if not self.path.exists():
-            return []
         if not self.path.is_dir():
             return [self._session_file(self.path)]
         # The path may be the projects root or one project's directory.
@@ -78,15 +77,21 @@ class ClaudeCodeSource(LineFileSource):
             session = self._session_file(file)
             if session.label is None or self.include_subagents:
                 sessions.append(session)
-        return _unique_keys(sessions, self.path)
+        return sessions
 
     def _session_file(self, file: Path) -> SessionFile:
         if file.parent.name == SUBAGENTS_DIR:
             parent = file.parent.parent.name
-            return SessionFile(file, f"{self.kind}:{parent}/{file.stem}", f"subagent of {parent}")
-        if file.stem.startswith(LEGACY_SUBAGENT_PREFIX):
-            return SessionFile(file, f"{self.kind}:{file.stem}", "subagent")
-        return SessionFile(file, f"{self.kind}:{file.stem}")
+            session_id, label = f"{parent}/{file.stem}", f"subagent of {parent}"
+        elif file.stem.startswith(LEGACY_SUBAGENT_PREFIX):
+            session_id, label = file.stem, "subagent"
+        else:
+            session_id, label = file.stem, None
+        # A session id in two projects (a session copied between projects): the newcomer is
+        # qualified by its project.
+        relative = file.relative_to(self.path).parts if file != self.path else ()
+        qualified = f"{self.kind}:{relative[0]}/{session_id}" if len(relative) > 1 else None
+        return SessionFile(file, f"{self.kind}:{session_id}", label, qualified)
 
     def parse_lines(
         self, lines: list[bytes], state: dict[str, Any], session: SessionFile
@@ -121,6 +126,9 @@ class _Reader:
     def add(self, record: dict[str, Any]) -> None:
         if record.get("isSidechain") is True and not self.in_subagent:
             return
+        cwd = string_or_none(record.get("cwd"))
+        if cwd is not None:
+            self.parsed.cwd = cwd
         record_type = record.get("type")
         if record_type == "assistant":
             self._assistant(record)
@@ -219,7 +227,7 @@ class _Reader:
         for skill in skills if isinstance(skills, list) else ():
             name = string_or_none(skill.get("name")) if isinstance(skill, dict) else None
             if name is not None and name not in self.counted_skills:
-                self.parsed.skill_uses.append(name)
+                self.parsed.signals.append(SkillSignal(name, "use"))
                 self._remember_skill(name)
 
     def _append(self, message: Message) -> None:
@@ -260,16 +268,3 @@ def _assistant_content(content: Any) -> tuple[str, tuple[ToolCall, ...]]:
 
 def _string_list(value: Any) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
-
-
-def _unique_keys(sessions: list[SessionFile], root: Path) -> list[SessionFile]:
-    """Qualify keys that two projects share (a session id copied between projects)."""
-    counts = Counter(session.key for session in sessions)
-    unique = []
-    for session in sessions:
-        if counts[session.key] > 1:
-            project = session.path.relative_to(root).parts[0]
-            kind, _, session_id = session.key.partition(":")
-            session = SessionFile(session.path, f"{kind}:{project}/{session_id}", session.label)
-        unique.append(session)
-    return unique

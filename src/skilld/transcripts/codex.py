@@ -14,6 +14,9 @@ User messages that are harness context rather than the user speaking (`<environm
 `<user_instructions>`, AGENTS.md instructions, `<turn_aborted>`, a `!` shell command, ...) are
 dropped; a `<skill>` injection (the user mentioned `$name`) is dropped and reported as a use.
 
+The working directory is `session_meta.payload.cwd` (the first line) and then each
+`turn_context.payload.cwd`; the last one seen is carried in the cursor.
+
 The session id is the UUID that ends the file name (Codex names the rollout after the id in
 `session_meta`); for a file named otherwise, the `session_meta` id from its first line.
 """
@@ -27,7 +30,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from skilld.transcripts.filesource import LineFileSource, ParsedLines, SessionFile, find_files
+from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
+from skilld.transcripts._tailer import DEFAULT_MAX_LINE_BYTES
 from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import (
     compact_arguments,
@@ -39,7 +43,7 @@ from skilld.transcripts.normalise import (
     remember_call,
     string_or_none,
 )
-from skilld.transcripts.tailer import DEFAULT_MAX_LINE_BYTES
+from skilld.transcripts.signals import SkillSignal
 
 _SESSION_UUID = re.compile(
     r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$", re.IGNORECASE
@@ -64,6 +68,8 @@ TOOL_CALL_TYPES = frozenset(
 )
 TOOL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 RESPONSE_ITEM_TYPES = frozenset({"message", "reasoning"}) | TOOL_CALL_TYPES | TOOL_OUTPUT_TYPES
+#: Envelope types whose payload names the working directory.
+CWD_RECORD_TYPES = frozenset({"session_meta", "turn_context"})
 _PEEK_CHUNK_BYTES = 64 * 1024
 
 
@@ -91,8 +97,6 @@ class CodexSource(LineFileSource):
         self._peeked_ids: dict[Path, tuple[int, int, str]] = {}
 
     def session_files(self, errors: list[str]) -> list[SessionFile]:
-        if not self.path.exists():
-            return []
         if self.path.is_dir():
             files = find_files(self.path, self.glob or self.default_glob, errors)
         else:
@@ -137,7 +141,7 @@ class CodexSource(LineFileSource):
         self, lines: list[bytes], state: dict[str, Any], session: SessionFile
     ) -> ParsedLines:
         calls = pending_calls(state)
-        parsed = ParsedLines()
+        parsed = ParsedLines(cwd=string_or_none(state.get("cwd")))
         # Index of the last message while it is an assistant message tool calls may join.
         open_assistant: int | None = None
         for line in lines:
@@ -146,6 +150,7 @@ class CodexSource(LineFileSource):
             except ValueError:
                 parsed.skipped += 1
                 continue
+            parsed.cwd = _record_cwd(record) or parsed.cwd
             item = _response_item(record) if record is not None else None
             if record is None or item is None:
                 continue
@@ -189,6 +194,8 @@ class CodexSource(LineFileSource):
                 )
                 open_assistant = None
         parsed.state = {"calls": calls} if calls else {}
+        if parsed.cwd is not None:
+            parsed.state["cwd"] = parsed.cwd
         return parsed
 
     def _message(
@@ -206,11 +213,18 @@ class CodexSource(LineFileSource):
         if opening.startswith(SKILL_INJECTION_PREFIX):
             name = _SKILL_NAME.search(opening)
             if name is not None:
-                parsed.skill_uses.append(name.group(1))
+                parsed.signals.append(SkillSignal(name.group(1), "use"))
             return None
         if opening.lower().startswith(HARNESS_USER_PREFIXES):
             return None
         return Message(role="user", text=text, timestamp=timestamp)
+
+
+def _record_cwd(record: dict[str, Any] | None) -> str | None:
+    if record is None or string_or_none(record.get("type")) not in CWD_RECORD_TYPES:
+        return None
+    payload = record.get("payload")
+    return string_or_none(payload.get("cwd")) if isinstance(payload, dict) else None
 
 
 def _response_item(record: dict[str, Any]) -> dict[str, Any] | None:

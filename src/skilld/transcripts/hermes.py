@@ -1,9 +1,12 @@
 """Hermes Agent sessions: the SQLite store `~/.hermes/state.db`.
 
-Hermes keeps `sessions(id, parent_session_id, model_config, ...)` and
+Hermes keeps `sessions(id, parent_session_id, model_config, cwd, ...)` and
 `messages(id INTEGER PRIMARY KEY AUTOINCREMENT, session_id, role, content, tool_call_id,
 tool_calls (OpenAI JSON), tool_name, timestamp (epoch seconds), ...)`. Message ids only grow,
 so a session's cursor is the last message id read: `{"last_id": int}`.
+
+The session's working directory is `sessions.cwd` (newer schemas; older ones have none). A
+missing or unreadable database keeps every cursor: when it comes back nothing is read twice.
 
 The database belongs to Hermes: it is opened read-only (`mode=ro`, `PRAGMA query_only`), with a
 short busy timeout, one connection per scan that is closed before the scan returns, and no
@@ -26,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skilld.transcripts._tailer import DEFAULT_MAX_LINE_BYTES
 from skilld.transcripts.jsonl import chat_message
 from skilld.transcripts.model import Cursor, Message, ScanResult, SessionRead
-from skilld.transcripts.tailer import DEFAULT_MAX_LINE_BYTES
 
 BUSY_TIMEOUT_SECONDS = 0.5
 #: Openings of the prompts Hermes's background skill/memory review writes as user messages.
@@ -46,6 +49,7 @@ _OPTIONAL_MESSAGE_COLUMNS = ("tool_call_id", "tool_calls", "tool_name", "timesta
 class _SessionInfo:
     label: str | None = None
     subagent: bool = False
+    cwd: str | None = None
 
 
 @dataclass(slots=True)
@@ -79,10 +83,14 @@ class HermesSource:
     def scan(
         self, cursors: Mapping[str, Cursor], *, start_new_at_end_before: float | None = None
     ) -> ScanResult:
-        if not self.path.exists():
-            return ScanResult(reads=[], seen=set())
         try:
             database = os.stat(self.path)
+        except FileNotFoundError:
+            # Not there now (moved away, a mount not there yet): no session has gone.
+            return ScanResult(reads=[], seen=self._own(cursors))
+        except OSError as error:
+            return self._failed(cursors, error)
+        try:
             connection = _connect_read_only(self.path)
         except (OSError, sqlite3.Error) as error:
             return self._failed(cursors, error)
@@ -97,8 +105,10 @@ class HermesSource:
 
     def _failed(self, cursors: Mapping[str, Cursor], error: Exception) -> ScanResult:
         # An unreadable database says nothing about which sessions still exist: keep cursors.
-        own = {key for key in cursors if key.startswith(f"{self.kind}:")}
-        return ScanResult(reads=[], seen=own, errors=[f"{self.path}: {error}"])
+        return ScanResult(reads=[], seen=self._own(cursors), errors=[f"{self.path}: {error}"])
+
+    def _own(self, cursors: Mapping[str, Cursor]) -> set[str]:
+        return {key for key in cursors if key.startswith(f"{self.kind}:")}
 
     def _scan(
         self,
@@ -172,9 +182,10 @@ class HermesSource:
         max_id: int,
         start_new_at_end_before: float | None,
     ) -> SessionRead | None:
-        last_id = cursor.get("last_id") if cursor is not None else None
-        valid_cursor = isinstance(last_id, int) and not isinstance(last_id, bool)
-        if valid_cursor:
+        stored = cursor.get("last_id") if cursor is not None else None
+        last_id = stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+        valid_cursor = last_id is not None
+        if last_id is not None:
             # Ids only grow: a maximum at or below the cursor means nothing new (rows may
             # have been deleted, never inserted below it).
             if max_id <= last_id:
@@ -198,6 +209,7 @@ class HermesSource:
                         cursor={"last_id": max_id},
                         mtime=last_time,
                         label=info.label,
+                        cwd=info.cwd,
                     )
         # Column names come from the constants above, never from the database or the user.
         columns = ["id", "role", "content"] + [
@@ -223,6 +235,7 @@ class HermesSource:
             reset=cursor is not None and not valid_cursor,
             mtime=float(last_time) if last_time is not None else None,
             label=info.label,
+            cwd=info.cwd,
         )
 
     def _message(self, row: tuple[Any, ...], calls: dict[str, str]) -> Message | None:
@@ -261,11 +274,13 @@ def _sessions(connection: sqlite3.Connection) -> dict[str, _SessionInfo]:
     columns = _columns(connection, "sessions")
     if "id" not in columns:
         return {}
-    parent = "parent_session_id" if "parent_session_id" in columns else "NULL"
-    model_config = "model_config" if "model_config" in columns else "NULL"
+    # Column names come from this fixed list, never from the database.
+    parent, model_config, cwd = (
+        name if name in columns else "NULL" for name in ("parent_session_id", "model_config", "cwd")
+    )
     sessions = {}
-    for session_id, parent_id, config in connection.execute(
-        f"SELECT id, {parent}, {model_config} FROM sessions"
+    for session_id, parent_id, config, directory in connection.execute(
+        f"SELECT id, {parent}, {model_config}, {cwd} FROM sessions"
     ):
         if not isinstance(session_id, str):
             continue
@@ -275,7 +290,11 @@ def _sessions(connection: sqlite3.Connection) -> dict[str, _SessionInfo]:
             label = f"subagent of {parent_id}" if delegated else f"child of {parent_id}"
         else:
             label = None
-        sessions[session_id] = _SessionInfo(label=label, subagent=delegated)
+        sessions[session_id] = _SessionInfo(
+            label=label,
+            subagent=delegated,
+            cwd=directory if isinstance(directory, str) and directory else None,
+        )
     return sessions
 
 

@@ -4,16 +4,16 @@
      "tool_calls"?: [{"id", "type": "function", "function": {"name", "arguments"}}],
      "tool_call_id"?, "name"?, "timestamp"?}
 
-Session id = file stem, or the path relative to the root without its suffix when two files
-under the root share a stem. System messages are the harness speaking and are dropped.
+Session id = file stem; a file whose stem another file already holds (or shares, when both
+appear at once) is keyed by its path relative to the root, without its suffix. System messages
+are the harness speaking and are dropped. The format names no working directory.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
-from skilld.transcripts.filesource import (
+from skilld.transcripts._filesource import (
     LineFileSource,
     ParsedLines,
     SessionFile,
@@ -37,20 +37,10 @@ class JsonlSource(LineFileSource):
     default_glob = "**/*.jsonl"
 
     def session_files(self, errors: list[str]) -> list[SessionFile]:
-        if not self.path.exists():
-            return []
         if not self.path.is_dir():
             return [SessionFile(self.path, f"{self.kind}:{self.path.stem}")]
         files = find_files(self.path, self.glob or self.default_glob, errors)
-        stem_counts = Counter(file.stem for file in files)
-        sessions = []
-        for file in files:
-            if stem_counts[file.stem] > 1:
-                session_id = file.relative_to(self.path).with_suffix("").as_posix()
-            else:
-                session_id = file.stem
-            sessions.append(SessionFile(file, f"{self.kind}:{session_id}"))
-        return sessions
+        return [SessionFile(file, f"{self.kind}:{file.stem}") for file in files]
 
     def parse_lines(
         self, lines: list[bytes], state: dict[str, Any], session: SessionFile

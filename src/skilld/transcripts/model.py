@@ -1,19 +1,22 @@
 """The normalised shape every transcript format is read into.
 
-Sources own their file formats; everything downstream (gates, windows, prompts, usage
-inference) sees only these plain values.
+Sources own their file formats; everything downstream (gates, windows, prompts, skill signals)
+sees only these plain values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from skilld.transcripts.signals import SkillSignal
 
 Role = Literal["user", "assistant", "tool", "system"]
 
 #: A cursor is a small JSON-serialisable mapping owned by the source that made it
-#: (a file tail keeps device/inode/offset, a database keeps the last row id).
+#: (a file tail keeps its file, offset and content mark, a database keeps the last row id).
 Cursor = Mapping[str, Any]
 
 
@@ -49,11 +52,16 @@ class SessionRead:
     session: str  # stable session key, unique across sources ("<kind>:<id>")
     messages: list[Message]
     cursor: dict[str, Any]  # the cursor to store once these messages are safely recorded
-    skill_uses: list[str] = field(default_factory=list)  # names inferred as "used"
+    #: Skill signals of records that never become messages (a Claude Code `invoked_skills`
+    #: attachment, a Codex `<skill>` injection). Signals visible in `messages` are derived from
+    #: them by `signals.skill_signals` only, so that nothing is counted twice.
+    signals: list[SkillSignal] = field(default_factory=list)
     skipped_lines: int = 0  # malformed or oversize records skipped (counted, never fatal)
-    reset: bool = False  # the file was truncated or replaced and re-read from its start
+    reset: bool = False  # the file was truncated or rewritten and re-read from its start
     mtime: float | None = None  # last modification time of the session, when known
     label: str | None = None  # e.g. "subagent of <parent>"
+    #: The session's working directory as the transcript wrote it, when it has one.
+    cwd: str | None = None
 
 
 @dataclass(slots=True)
@@ -61,8 +69,9 @@ class ScanResult:
     """One pass of a source over everything it can see."""
 
     reads: list[SessionRead]
-    #: Every session key the source still sees (changed or not); cursors of keys that are
-    #: no longer seen are forgotten.
+    #: Every session key whose cursor must be kept: the sessions the source sees (changed or
+    #: not) and those it cannot look at now (a missing or unreadable root or sub-tree). The
+    #: cursors of other keys are forgotten: their files are gone from a directory still there.
     seen: set[str]
     #: Skips that belong to no session (e.g. a file whose header is unreadable); skips inside
     #: a session are counted on its SessionRead only, so the total is this plus the reads'.
@@ -84,7 +93,9 @@ class Source(Protocol):
         session never seen). A session without a cursor is read from its start, unless its
         modification time is older than `start_new_at_end_before` (epoch seconds): then it
         starts at its end (the backfill policy) and yields no messages, only a cursor.
-        Sessions whose cursor shows nothing new are not in `reads` but are in `seen`.
+        Sessions whose cursor shows nothing new are not in `reads` but are in `seen`, and so
+        are those the source cannot look at now (a missing or unreadable root or sub-tree).
+        A key, once given to a session, never changes.
         Never raises for bad content: malformed records are counted in `skipped_lines`.
         """
         ...

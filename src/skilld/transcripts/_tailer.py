@@ -1,32 +1,32 @@
 """Incremental tail of one line-oriented file.
 
-The cursor remembers which file was read (device, inode), how far (offset of the end of the
-last complete line), what the file looked like then (size, mtime) and a digest of its first
-bytes. An unchanged file is answered from one `stat` without opening it, so an idle tick costs
-a stat per session. A partial last line is left for the next read; a truncated or replaced file
-is read again from its start. Lines longer than `max_line_bytes` are skipped while streaming,
-so a huge line never sits in memory whole.
+The cursor remembers how far the file was read (offset of the end of the last complete line),
+what the file looked like then (device, inode, size, mtime) and a mark of its content (`_fileid`:
+a digest of its first bytes and the bytes just before the offset). An unchanged file is answered
+from one `stat` without opening it, so an idle tick costs a stat per session. A partial last
+line is left for the next read; a truncated or rewritten file is read again from its start,
+while the same bytes under a new device or inode (a remount, a restored copy) are read on from
+the offset. Lines longer than `max_line_bytes` are skipped while streaming, so a huge line never
+sits in memory whole.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from skilld.transcripts._fileid import HEAD_BYTES, ContentMark, read_mark, still_holds
 from skilld.transcripts.model import Cursor
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
-#: How many leading bytes identify a file's content (a rewrite in place changes them).
-HEAD_BYTES = 64
 _CHUNK_BYTES = 64 * 1024
 _NEWLINE = b"\n"
 
 #: The keys of a tail cursor; sources may add their own keys beside them.
-TAIL_KEYS = ("dev", "ino", "offset", "size", "mtime_ns", "head", "skipping")
+TAIL_KEYS = ("dev", "ino", "offset", "size", "mtime_ns", "head", "tail", "skipping")
 
 
 class TailError(Exception):
@@ -70,7 +70,7 @@ def read_appended_lines(
     with _open_regular(path) as handle:
         held = os.fstat(handle.fileno())
         end = held.st_size
-        reset = cursor is not None and (previous is None or _replaced(handle, previous, held))
+        reset = cursor is not None and (previous is None or not _continues(handle, previous, held))
         if previous is None or reset:
             offset = _last_line_end(handle, end) if start_at_end and cursor is None else 0
             skipping = False
@@ -80,14 +80,13 @@ def read_appended_lines(
         lines, offset, skipping, skipped = _read_lines(
             handle, offset, end, max_line_bytes=max_line_bytes, skipping=skipping
         )
-        head = _head_digest(handle, min(HEAD_BYTES, offset))
+        mark = read_mark(handle, offset, min(HEAD_BYTES, offset))
     new_cursor: dict[str, Any] = {
         "dev": held.st_dev,
         "ino": held.st_ino,
-        "offset": offset,
         "size": held.st_size,
         "mtime_ns": held.st_mtime_ns,
-        "head": head,
+        **mark.to_cursor(),
     }
     if skipping:
         new_cursor["skipping"] = True
@@ -133,10 +132,10 @@ def _valid_cursor(cursor: Cursor | None) -> dict[str, Any] | None:
     """The cursor's tail keys when they are well-formed, else None (read it again)."""
     if cursor is None:
         return None
-    numbers = ("dev", "ino", "offset", "size", "mtime_ns")
+    numbers = ("dev", "ino", "size", "mtime_ns")
     if not all(isinstance(cursor.get(key), int) for key in numbers):
         return None
-    if not isinstance(cursor.get("head"), str) or cursor["offset"] < 0:
+    if ContentMark.from_cursor(cursor) is None:
         return None
     return tail_part(cursor)
 
@@ -150,18 +149,18 @@ def _unchanged(cursor: dict[str, Any], path_stat: os.stat_result) -> bool:
     )
 
 
-def _replaced(handle: BinaryIO, cursor: dict[str, Any], held: os.stat_result) -> bool:
-    """Whether the open file is not the one the cursor read, or was rewritten or truncated."""
-    if (cursor["dev"], cursor["ino"]) != (held.st_dev, held.st_ino):
-        return True
-    if held.st_size < cursor["offset"]:
-        return True
-    return _head_digest(handle, min(HEAD_BYTES, cursor["offset"])) != cursor["head"]
-
-
-def _head_digest(handle: BinaryIO, length: int) -> str:
-    handle.seek(0)
-    return hashlib.sha256(handle.read(length) if length > 0 else b"").hexdigest()
+def _continues(handle: BinaryIO, cursor: dict[str, Any], held: os.stat_result) -> bool:
+    """Whether the open file still holds the bytes the cursor read (else: read it again)."""
+    mark = ContentMark.from_cursor(cursor)
+    if mark is None:
+        return False
+    return still_holds(
+        handle,
+        mark,
+        size=held.st_size,
+        head_length=min(HEAD_BYTES, mark.offset),
+        same_inode=(cursor["dev"], cursor["ino"]) == (held.st_dev, held.st_ino),
+    )
 
 
 def _last_line_end(handle: BinaryIO, end: int) -> int:

@@ -1,48 +1,71 @@
 """What every source of one-session-per-JSONL-file transcripts shares.
 
-A subclass says which files are sessions (and their keys) and how a batch of lines becomes
-messages; this module does the rest: the incremental tail of each file, the backfill policy,
-parser state carried in the cursor, and turning bad files into counted errors.
+A subclass says which files are sessions (and their natural keys) and how a batch of lines
+becomes messages; this module does the rest: the incremental tail of each file, the backfill
+policy, parser state carried in the cursor, turning bad files into counted errors, and two
+promises about cursors:
+
+* A key never changes once given. A cursor names its file (relative to the source's path, so
+  however that path is spelled: a symlink, `~`); the file keeps that cursor's key. A new file
+  takes its natural key unless another file holds or shares it; then its qualified key.
+* A cursor is forgotten only when its file is gone while the directory that held it is still
+  there, listable, and on the device the file was read from (an unmounted volume leaves an empty
+  mount point on another device). A missing or unreadable root or sub-tree keeps the cursors of
+  everything below it, so nothing is read twice when it comes back.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
-from skilld.transcripts.model import Cursor, Message, ScanResult, SessionRead
-from skilld.transcripts.tailer import (
+from skilld.transcripts._tailer import (
     DEFAULT_MAX_LINE_BYTES,
     FileVanished,
     TailError,
     read_appended_lines,
     tail_part,
 )
+from skilld.transcripts.model import Cursor, Message, ScanResult, SessionRead
+
+if TYPE_CHECKING:
+    from skilld.transcripts.signals import SkillSignal
 
 #: The cursor key under which a source keeps its own parser state beside the tail keys.
 STATE_KEY = "state"
+#: The cursor key naming the session's file, relative to the source's path (POSIX, "." when
+#: the path is the file itself).
+FILE_KEY = "file"
 
 
 @dataclass(frozen=True, slots=True)
 class SessionFile:
     path: Path
-    key: str
+    key: str  # the natural key; `settle_keys` decides the key the session really gets
     label: str | None = None
+    #: The key to take when the natural one is held or shared by another file (None: the
+    #: path relative to the source's, without its suffix).
+    qualified_key: str | None = None
+    relative: str = ""  # set by the listing: `path` relative to the source's path
 
 
 @dataclass(slots=True)
 class ParsedLines:
     messages: list[Message] = field(default_factory=list)
-    #: Skills used according to records that do not become messages (e.g. attachments).
-    skill_uses: list[str] = field(default_factory=list)
+    #: Skill signals of records that do not become messages (e.g. attachments).
+    signals: list[SkillSignal] = field(default_factory=list)
     skipped: int = 0
     #: Parser state to carry into the next read of this session (JSON-serialisable).
     state: dict[str, Any] = field(default_factory=dict)
+    #: The session's working directory, when these lines (or the carried state) name it.
+    cwd: str | None = None
 
 
 class LineFileSource(ABC):
@@ -76,7 +99,7 @@ class LineFileSource(ABC):
 
     @abstractmethod
     def session_files(self, errors: list[str]) -> list[SessionFile]:
-        """Every session file that exists now; listing problems are appended to `errors`."""
+        """Every session file under the (existing) path; listing problems go to `errors`."""
 
     @abstractmethod
     def parse_lines(
@@ -88,16 +111,22 @@ class LineFileSource(ABC):
         self, cursors: Mapping[str, Cursor], *, start_new_at_end_before: float | None = None
     ) -> ScanResult:
         result = ScanResult(reads=[], seen=set())
+        own = {key: cursor for key, cursor in cursors.items() if key.startswith(f"{self.kind}:")}
         try:
-            sessions = self._list_sessions(result.errors)
-        except OSError as error:
-            # Seeing nothing is not the same as every session having gone: keep the cursors.
-            result.errors.append(f"{self.path}: {error.strerror or type(error).__name__}")
-            result.seen.update(key for key in cursors if key.startswith(f"{self.kind}:"))
+            os.stat(self.path)
+            listed = self._list_sessions(result.errors)
+        except FileNotFoundError:
+            # Nothing here now (an unmounted volume, a mount not there yet, a tree moved away):
+            # seeing nothing is not every session having gone.
+            result.seen.update(own)
             return result
-        for session in sessions:
-            cursor = cursors.get(session.key)
-            if cursor is not None and _unchanged_since(session.path, cursor):
+        except OSError as error:
+            result.errors.append(f"{self.path}: {error.strerror or type(error).__name__}")
+            result.seen.update(own)
+            return result
+        for session in settle_keys(listed, file_owners(own)):
+            cursor = own.get(session.key)
+            if cursor is not None and _unchanged_since(session, cursor):
                 result.seen.add(session.key)
                 continue
             try:
@@ -112,6 +141,13 @@ class LineFileSource(ABC):
             result.seen.add(session.key)
             if read is not None:
                 result.reads.append(read)
+        devices: dict[Path, int | None] = {}
+        result.seen.update(
+            key
+            for key, cursor in own.items()
+            if key not in result.seen
+            and not forgettable(self.path, cursor, holder_levels=1, devices=devices)
+        )
         return result
 
     def _list_sessions(self, errors: list[str]) -> list[SessionFile]:
@@ -122,7 +158,10 @@ class LineFileSource(ABC):
         self.listing_is_final = True
         errors_before = len(errors)
         directories = _directory_mtimes(self.path)
-        sessions = self.session_files(errors)
+        sessions = [
+            replace(session, relative=session.path.relative_to(self.path).as_posix())
+            for session in self.session_files(errors)
+        ]
         final = self.listing_is_final and len(errors) == errors_before and directories
         self._listing = (directories, sessions) if final else None
         return sessions
@@ -143,11 +182,11 @@ class LineFileSource(ABC):
             if tail.lines
             else ParsedLines(state=state)
         )
-        new_cursor = dict(tail.cursor)
+        new_cursor = {**tail.cursor, FILE_KEY: session.relative}
         if parsed.state:
             new_cursor[STATE_KEY] = parsed.state
         skipped = parsed.skipped + tail.skipped_oversize
-        nothing_new = not parsed.messages and not parsed.skill_uses and not skipped
+        nothing_new = not parsed.messages and not parsed.signals and not skipped
         if nothing_new and not tail.reset and cursor is not None and new_cursor == dict(cursor):
             return None
         return SessionRead(
@@ -155,27 +194,135 @@ class LineFileSource(ABC):
             session=session.key,
             messages=parsed.messages,
             cursor=new_cursor,
-            skill_uses=parsed.skill_uses,
+            signals=parsed.signals,
             skipped_lines=skipped,
             reset=tail.reset,
             mtime=tail.cursor["mtime_ns"] / 1e9,
             label=session.label,
+            cwd=parsed.cwd,
         )
 
 
-def _unchanged_since(path: Path, cursor: Cursor) -> bool:
+def file_owners(cursors: Mapping[str, Cursor]) -> dict[str, str]:
+    """File (relative to the source's path) -> the key of the cursor that names it."""
+    return {
+        cursor[FILE_KEY]: key
+        for key, cursor in cursors.items()
+        if isinstance(cursor.get(FILE_KEY), str)
+    }
+
+
+def settle_keys(files: Sequence[SessionFile], owners: Mapping[str, str]) -> list[SessionFile]:
+    """The listed files with the keys they get: a key, once given, never changes.
+
+    A file a cursor names keeps that cursor's key. A new file takes its natural key when no
+    other new file shares it and no cursor holds it (a cursor's file may be away for now and
+    come back); else its qualified key, so that only the newcomer is qualified.
+    """
+    held = set(owners.values())
+    newcomers = Counter(file.key for file in files if file.relative not in owners)
+    settled = []
+    for file in files:
+        if file.relative in owners:
+            key = owners[file.relative]
+        elif newcomers[file.key] == 1 and file.key not in held:
+            key = file.key
+        else:
+            key = file.qualified_key or _relative_key(file)
+        settled.append(file if key == file.key else replace(file, key=key))
+    return settled
+
+
+def _relative_key(file: SessionFile) -> str:
+    kind = file.key.partition(":")[0]
+    relative = PurePosixPath(file.relative)
+    # A source whose path is the file itself lists it as ".": its own name qualifies it.
+    name = relative.with_suffix("") if relative.name else PurePosixPath(file.path.stem)
+    return f"{kind}:{name.as_posix()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Whereabouts:
+    """What can be seen of an unseen session's file and the directory that held it."""
+
+    file_there: bool  # something still exists at the file's path
+    #: Device of the holding directory when it is there and listable, else None.
+    holder_device: int | None
+
+
+def may_forget(where: Whereabouts | None, file_device: Any) -> bool:
+    """Whether the cursor of a session a scan did not see may be forgotten.
+
+    `where` is None for a cursor that names no file (written before cursors did): the scan
+    listed the source's path, so its file is gone. Otherwise only when the directory that held
+    the file is there and listable and either the file is still there (no longer a session of
+    this source) or the directory is on the device the file was read from: an empty mount point
+    left by an unmounted volume is not the directory that held it.
+    """
+    if where is None:
+        return True
+    if where.holder_device is None:
+        return False
+    return where.file_there or where.holder_device == file_device
+
+
+def whereabouts(
+    root: Path, relative: str, holder_levels: int, devices: dict[Path, int | None]
+) -> Whereabouts:
+    """Looks at a session file (relative to `root`) and its holder, `holder_levels` up.
+
+    Every directory from `root` down to the holder must be listable for the holder to count as
+    there: below one that is not, nothing could be listed. `devices` caches, for one scan, each
+    directory's device (None: not a listable directory)."""
+    parts = PurePosixPath(relative).parts
+    depth = max(0, len(parts) - holder_levels)
+    device: int | None = None
+    for level in range(depth + 1):
+        directory = root.joinpath(*parts[:level])
+        if directory not in devices:
+            devices[directory] = _listable_device(directory)
+        device = devices[directory]
+        if device is None:
+            return Whereabouts(file_there=False, holder_device=None)
+    return Whereabouts(os.path.lexists(root / relative), device)
+
+
+def _listable_device(directory: Path) -> int | None:
+    try:
+        directory_stat = os.stat(directory)
+        with os.scandir(directory):
+            pass
+    except OSError:
+        return None
+    return directory_stat.st_dev if stat.S_ISDIR(directory_stat.st_mode) else None
+
+
+def forgettable(
+    root: Path, cursor: Cursor, *, holder_levels: int, devices: dict[Path, int | None]
+) -> bool:
+    """`may_forget` for a cursor whose session a scan of the existing `root` did not see."""
+    relative = cursor.get(FILE_KEY)
+    if not isinstance(relative, str):
+        return may_forget(None, None)
+    if PurePosixPath(relative).is_absolute() or ".." in PurePosixPath(relative).parts:
+        return may_forget(None, None)  # not a name this module wrote
+    where = whereabouts(root, relative, holder_levels, devices)
+    return may_forget(where, cursor.get("dev"))
+
+
+def _unchanged_since(session: SessionFile, cursor: Cursor) -> bool:
     """The tailer's own "nothing new" test, without building anything: one stat."""
-    if cursor.get("skipping"):
+    if cursor.get("skipping") or cursor.get(FILE_KEY) != session.relative:
         return False
     try:
-        stat = os.stat(path)
+        file_stat = os.stat(session.path)
     except OSError:
         return False  # the full read reports what is wrong
     return (
-        stat.st_size == cursor.get("size")
-        and stat.st_mtime_ns == cursor.get("mtime_ns")
-        and stat.st_ino == cursor.get("ino")
-        and stat.st_dev == cursor.get("dev")
+        file_stat.st_size == cursor.get("size")
+        and file_stat.st_mtime_ns == cursor.get("mtime_ns")
+        and file_stat.st_ino == cursor.get("ino")
+        and file_stat.st_dev == cursor.get("dev")
     )
 
 
