@@ -11,6 +11,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,6 +157,25 @@ class _ReadyProbe(Notifier):
         assert self.daemon is not None
         self.daemon.request_stop()
         return True
+
+
+def test_a_listener_that_does_not_read_never_blocks_the_sender() -> None:
+    """A datagram socket queues a few messages; past them a status is dropped (the send says
+    so) rather than the daemon's loop blocking until someone reads."""
+    name = f"skilld-test-{secrets.token_hex(6)}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind("\0" + name)
+        notifier = Notifier({"NOTIFY_SOCKET": "@" + name})
+        sent: list[bool] = []
+        sender = threading.Thread(
+            target=lambda: sent.extend(notifier.status(f"tick {n}") for n in range(200)),
+            daemon=True,
+        )
+        sender.start()
+        sender.join(timeout=DEADLINE_SECONDS)
+        assert not sender.is_alive(), "the send blocked on a full queue"
+        assert sent[0] is True and sent.count(False) > 0
+        assert listener.recv(100) == b"STATUS=tick 0"
 
 
 @pytest.mark.anyio

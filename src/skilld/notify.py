@@ -37,6 +37,9 @@ class Notifier:
             return False
         payload = "\n".join(lines).encode("utf-8", errors="replace")
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            # A listener that reads slowly fills its queue: a status is dropped then, rather
+            # than the daemon's loop (and its signal handling) blocking on a send.
+            sock.setblocking(False)
             sock.sendto(payload, self.address)
             return True
         return False
