@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -267,6 +268,29 @@ def test_history_rollback_and_bound(tmp_path: Path) -> None:
     assert "rolled_back" in kinds(library)
     with pytest.raises(NotFound):
         library.rollback("versioned", ME, version="nope")
+
+
+def test_an_update_retried_after_failed_writes_saves_the_old_version_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = make_library(tmp_path, history_keep=3)
+    for version in range(3):
+        library.apply(doc("versioned", body=f"1. Version {version}.\n"), ME)
+
+    def disk_full(path: Path, data: bytes | str, **kwargs: object) -> None:
+        if path.name == "SKILL.md":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        atomic_write(path, data)
+
+    newer = doc("versioned", body="1. Version 3.\n")
+    with monkeypatch.context() as patch:
+        patch.setattr("skilld.skills.library.atomic_write", disk_full)
+        for _ in range(5):  # the daemon retries the write on every tick
+            assert isinstance(library.write(newer, ME), WriteFailed)
+    assert library.apply(newer, ME).kind == "updated"
+    saved = [version.path.read_text() for version in library.history("versioned")]
+    bodies = [line for text in saved for line in text.splitlines() if line.startswith("1. ")]
+    assert bodies == ["1. Version 0.", "1. Version 1.", "1. Version 2."]
 
 
 def test_archive_and_restore(library: Library) -> None:

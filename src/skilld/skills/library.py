@@ -704,11 +704,15 @@ class Library:
             if self.get(name) is not None:
                 raise Protected(f"{name} is owned by external, not skilld")
             raise NotFound(f"no skill named {name} in library {self.name}")
+        self._require_contained(entry)
+        return entry
+
+    def _require_contained(self, entry: SkillEntry) -> None:
+        """Refuse a skill whose file is reached through a link out of the root."""
         try:
             contained_path(entry.root, *entry.path.relative_to(entry.root).parts)
         except (UnsafePath, ValueError) as exc:
             raise LibraryError(str(exc)) from None
-        return entry
 
     def _require_changeable(self, entry: SkillEntry, origin: Origin, *, force: bool) -> None:
         if (reason := self.protection(entry, force=force)) is not None:
@@ -871,10 +875,16 @@ class Library:
             data = path.read_bytes()
         except FileNotFoundError:
             return
+        digest = sha256_bytes(data)[:12]
+        saved = self.history(name)
+        if saved and saved[-1].path.name.endswith(f"-{digest}.md"):
+            # A write retried tick after tick (a full disk) replaces the same version: saving
+            # it each time would push the older versions out of the history.
+            return
         folder = self.history_dir / name
         folder.mkdir(parents=True, exist_ok=True)
         stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        atomic_write(folder / f"{stamp}-{sha256_bytes(data)[:12]}.md", data)
+        atomic_write(folder / f"{stamp}-{digest}.md", data)
         for old in self.history(name)[: -self.history_keep]:
             old.path.unlink(missing_ok=True)
 
@@ -914,6 +924,8 @@ class Library:
             if chosen is None:
                 raise NotFound(f"{name} has no version {version}")
             if entry is not None:
+                # Neither read (into history) nor written through a link out of the root.
+                self._require_contained(entry)
                 self._require_changeable(entry, origin, force=force)
                 path = entry.path
                 self._save_history(name, entry.path)
