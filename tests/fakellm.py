@@ -68,23 +68,29 @@ def skip_reply(reason: str = "Nothing reusable.") -> Reply:
 
 
 class FakeLLM:
-    def __init__(self) -> None:
+    """`port` 0 picks a free port; a given one brings a server back where clients look for
+    it (after a test closed the previous one to refuse connections)."""
+
+    def __init__(self, port: int = 0) -> None:
         self.requests: list[dict[str, Any]] = []
         self.raw_bodies: list[bytes] = []
         self.queue: list[Reply] = []
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.default: Reply = skip_reply()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
 
     @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> FakeLLM:
         self._thread.start()

@@ -18,14 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import secrets
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +39,15 @@ from skilld.fsutil import TEMP_MARKER
 from skilld.llm import LLMClient
 from skilld.skills.document import parse_skill
 from skilld.state import StateDB
+from tests.campaigns.harness import (
+    TICK_RAISES_EVERY_OTHER_TIME,
+    fault_shim,
+    log_problems,
+    running,
+    skilld_argv,
+    tick_failure_events,
+    wait_for,
+)
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, skill_reply, skip_reply
 
@@ -108,38 +115,6 @@ class CrashLLM:
         return reply
 
 
-@dataclass
-class TickCounter:
-    """Counts `STATUS=tick …` datagrams the daemon sends to `$NOTIFY_SOCKET` (sd_notify)."""
-
-    name: str = field(default_factory=lambda: f"skilld-crash-{secrets.token_hex(6)}")
-    ticks: int = 0
-    starts: int = 0
-
-    def __post_init__(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind("\0" + self.name)
-        self.sock.setblocking(False)
-
-    @property
-    def address(self) -> str:
-        return "@" + self.name
-
-    def drain(self) -> int:
-        """Read what arrived; returns the ticks counted so far."""
-        while True:
-            try:
-                payload = self.sock.recv(65536).decode("utf-8", "replace")
-            except BlockingIOError:
-                return self.ticks
-            for line in payload.splitlines():
-                self.ticks += line.startswith("STATUS=tick ")
-                self.starts += line == "READY=1"
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def skill_files_snapshot(skills: Path) -> dict[str, tuple[int, int]]:
     snapshot = {}
     for path in skills.glob("*/SKILL.md"):
@@ -151,13 +126,8 @@ def skill_files_snapshot(skills: Path) -> dict[str, tuple[int, int]]:
     return snapshot
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, poll: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll)
-    return False
+#: Where a kill is aimed; the first is not a moment, so it cannot miss.
+AIMS = ("anytime", "mid_request", "after_write", "between_ticks")
 
 
 @dataclass
@@ -165,9 +135,17 @@ class Campaign:
     workspace: Workspace
     llm: FakeLLM
     rng: random.Random
-    counter: TickCounter
+    #: Added to every daemon's environment (a fault shim, for the audit's own test).
+    env: dict[str, str] = field(default_factory=dict)
     kills: int = 0
-    aims: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ticks: int = 0
+    starts: int = 0
+    aims: Counter[str] = field(default_factory=Counter)
+    #: Kills that fired at the moment they were aimed at (not on the aim's timeout).
+    hits: Counter[str] = field(default_factory=Counter)
+    #: Skill files written by a daemon killed before it committed their event: (name, sha).
+    in_the_gap: set[tuple[str, str]] = field(default_factory=set)
+    log_lines_checked: int = 0
     violations: list[str] = field(default_factory=list)
     appended: int = 0
 
@@ -176,50 +154,68 @@ class Campaign:
         self.appended += 1
         self.workspace.add_session(name, conversation(f"topic {self.appended}", turns=1))
 
-    def one_life(self) -> None:
-        """Start the daemon, aim a kill at one moment, SIGKILL it, drain its output."""
+    def one_life(self, aim: str | None = None) -> None:
+        """Start the daemon, aim a kill at one moment, SIGKILL it, read what it left."""
         for _ in range(2):  # two windows: a skip in one still leaves a write to aim at
             self.grow_sessions()
-        aim = self.rng.choices(
-            ["anytime", "mid_request", "after_write", "between_ticks"], weights=[3, 3, 3, 1]
-        )[0]
-        ticks_before = self.counter.ticks
+        aim = aim or self.rng.choices(AIMS, weights=[3, 3, 3, 1])[0]
         requests_before = len(self.llm.requests)
         files_before = skill_files_snapshot(self.workspace.skills)
-        daemon = self.workspace.popen("run", NOTIFY_SOCKET=self.counter.address)
-        try:
+        with running(skilld_argv("run"), self.workspace.env(**self.env)) as daemon:
             if self.rng.random() < 0.3:
                 self.grow_sessions()  # content that arrives while the daemon runs
             if aim == "anytime":
                 time.sleep(self.rng.uniform(0.0, 2.0))
+                hit = True
             elif aim == "mid_request":
-                wait_for(
+                hit = wait_for(
                     lambda: len(self.llm.requests) > requests_before, AIM_TIMEOUT_SECONDS, 0.01
                 )
                 time.sleep(self.rng.uniform(0.0, 0.3))
             elif aim == "after_write":
-                wait_for(
+                hit = wait_for(
                     lambda: skill_files_snapshot(self.workspace.skills) != files_before,
                     AIM_TIMEOUT_SECONDS,
                     0.0005,
                 )
             else:
-                wait_for(lambda: self.counter.drain() > ticks_before, AIM_TIMEOUT_SECONDS, 0.01)
+                hit = daemon.notify.wait_ticks(1, AIM_TIMEOUT_SECONDS)
                 time.sleep(self.rng.uniform(0.0, 0.5))
-            exited_by_itself = daemon.poll()
-            daemon.kill()
-            _, stderr = daemon.communicate(timeout=30)
-        finally:
-            if daemon.poll() is None:
-                daemon.kill()
-                daemon.communicate(timeout=30)
-        if exited_by_itself is not None:
-            self.violations.append(
-                f"the daemon exited by itself with {exited_by_itself}: {stderr[-500:]!r}"
-            )
+            exited_by_itself = daemon.process.poll()
+            daemon.process.kill()
         self.kills += 1
         self.aims[aim] += 1
-        self.counter.drain()
+        self.hits[aim] += hit
+        self.ticks += daemon.notify.ticks
+        self.starts += daemon.notify.starts
+        self.log_lines_checked += len(daemon.stderr.splitlines())
+        if exited_by_itself is not None:
+            self.violations.append(
+                f"the daemon exited by itself with {exited_by_itself}: {daemon.stderr[-500:]!r}"
+            )
+        # Whatever the daemon logged before the kill counts: a tick that raised is logged
+        # and the daemon goes on, so its exit code would never tell.
+        self.violations += [
+            f"life {self.kills}: {problem}" for problem in log_problems(daemon.stderr, killed=True)
+        ]
+        if daemon.notify.failed_ticks:
+            self.violations.append(f"life {self.kills}: {daemon.notify.failed_ticks} ticks failed")
+        if aim == "after_write" and hit:
+            self.in_the_gap |= writes_without_event(self.workspace)
+
+
+def writes_without_event(workspace: Workspace) -> set[tuple[str, str]]:
+    """Skill files whose current text no created/updated event records: a kill between the
+    write and the commit of its event."""
+    with StateDB(workspace.state / "state.db") as state:
+        recorded = {
+            (event.skill, event.detail.get("sha256"))
+            for event in state.events(kinds=("created", "updated"))
+        }
+    current = {
+        (path.parent.name, sha256_file(path)) for path in workspace.skills.glob("*/SKILL.md")
+    }
+    return current - recorded
 
 
 def sha256_file(path: Path) -> str:
@@ -322,6 +318,7 @@ def audit(workspace: Workspace) -> tuple[list[str], dict[str, int]]:
             if last > reach:
                 reach, reach_name = last, name
 
+    violations += tick_failure_events(state_dir / "state.db")
     figures = {
         "skills": len(skill_files),
         "created_or_updated_events": len(writes),
@@ -331,13 +328,18 @@ def audit(workspace: Workspace) -> tuple[list[str], dict[str, int]]:
     return violations, figures
 
 
-def test_crash_campaign(
-    workspace: Workspace,
-    fake_llm: FakeLLM,
-    full_size: bool,
-    campaign_figures: Callable[..., str],
-) -> None:
-    rng = random.Random(SEED)
+def recovered_writes(workspace: Workspace) -> set[tuple[str, str]]:
+    with StateDB(workspace.state / "state.db") as state:
+        return {
+            (event.skill or "", str(event.detail.get("sha256")))
+            for event in state.events(kinds=("created", "updated"))
+            if event.detail.get("recovered")
+        }
+
+
+def crash_campaign(
+    workspace: Workspace, fake_llm: FakeLLM, rng: random.Random, **env: str
+) -> Campaign:
     fake_llm.responder = CrashLLM(random.Random(rng.random()))
     workspace.llm_url = fake_llm.base_url
     workspace.settings = {
@@ -346,34 +348,74 @@ def test_crash_campaign(
         "skills": {"history_keep": 100000},
     }
     workspace.write_config()
-    counter = TickCounter()
-    campaign = Campaign(workspace, fake_llm, rng, counter)
-    try:
-        for _ in range(FULL_KILLS if full_size else NORMAL_KILLS):
-            campaign.one_life()
-    finally:
-        counter.close()
+    return Campaign(workspace, fake_llm, rng, env=env)
 
-    fake_llm.responder = CrashLLM(random.Random(rng.random()), slow=False)
-    final = workspace.cli("once")
-    assert final.returncode == 0, final.stderr[-2000:]
-    violations, figures = audit(workspace)
-    violations = campaign.violations + violations
+
+def finish(campaign: Campaign) -> tuple[list[str], dict[str, int]]:
+    """A clean `skilld once`, then the audit; every write a kill caught before its event's
+    commit must have been recovered as that write."""
+    workspace = campaign.workspace
+    campaign.llm.responder = CrashLLM(random.Random(campaign.rng.random()), slow=False)
+    final = workspace.cli("once", **campaign.env)
+    violations = list(campaign.violations)
+    if final.returncode != 0:
+        violations.append(f"the final skilld once exited {final.returncode}")
+    violations += [f"final once: {problem}" for problem in log_problems(final.stderr)]
+    audited, figures = audit(workspace)
+    violations += audited
+    recovered = recovered_writes(workspace)
+    for name, digest in sorted(campaign.in_the_gap - recovered):
+        violations.append(f"{name} ({digest[:12]}) was written before a kill, never recovered")
+    figures["in_the_gap"] = len(campaign.in_the_gap)
+    figures["gap_recovered"] = len(campaign.in_the_gap & recovered)
+    return violations, figures
+
+
+def test_crash_campaign(
+    workspace: Workspace,
+    fake_llm: FakeLLM,
+    full_size: bool,
+    campaign_figures: Callable[..., str],
+) -> None:
+    campaign = crash_campaign(workspace, fake_llm, random.Random(SEED))
+    for _ in range(FULL_KILLS if full_size else NORMAL_KILLS):
+        campaign.one_life()
+    violations, figures = finish(campaign)
     campaign_figures(
         "crash",
         kills=campaign.kills,
-        ticks=counter.ticks,
-        starts=counter.starts,
+        ticks=campaign.ticks,
+        starts=campaign.starts,
         aimed=dict(campaign.aims),
+        hit=dict(campaign.hits),
+        log_lines_checked=campaign.log_lines_checked,
         llm_requests=len(fake_llm.requests),
         skills=figures["skills"],
         writes=figures["created_or_updated_events"],
+        killed_between_write_and_event=figures["in_the_gap"],
         recovered_writes=figures["recovered"],
         violations=len(violations),
     )
     assert figures["recorded_a_tick"] == 1
     assert figures["skills"] > 0
+    # The kills reached the moments they were aimed at: mid-request, between ticks, and
+    # between a file's write and its event's commit (recovered afterwards as that write).
+    assert all(campaign.hits[aim] > 0 for aim in AIMS), campaign.hits
+    assert figures["in_the_gap"] > 0 and figures["gap_recovered"] == figures["in_the_gap"]
     assert not violations, "\n".join(violations[:40])
+
+
+def test_crash_audit_sees_ticks_that_raise(workspace: Workspace, fake_llm: FakeLLM) -> None:
+    """A tick that raises inside `skilld run` is logged and the daemon goes on; the campaign
+    must see it anyway (here every other tick raises, through a shim)."""
+    shim = fault_shim(workspace.root / "shim", TICK_RAISES_EVERY_OTHER_TIME)
+    campaign = crash_campaign(workspace, fake_llm, random.Random(SEED), **shim)
+    for _ in range(2):
+        campaign.one_life("between_ticks")
+    violations, _ = finish(campaign)
+    assert any("tick_failed" in violation for violation in violations), violations
+    assert any("ticks failed" in violation for violation in violations), violations
+    assert any("tick failed: RuntimeError" in violation for violation in violations), violations
 
 
 def test_audit_catches_a_write_without_its_event(workspace: Workspace) -> None:

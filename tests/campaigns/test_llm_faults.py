@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -38,7 +37,16 @@ from skilld.config import build_config
 from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
-from skilld.state import StateDB
+from skilld.state import Held, SessionState, StateDB
+from tests.campaigns.harness import (
+    TICK_RAISES_EVERY_OTHER_TIME,
+    fault_shim,
+    last_event_id,
+    log_problems,
+    running,
+    skilld_argv,
+    tick_failure_events,
+)
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, completion
 
@@ -208,33 +216,59 @@ def attempt_bound_violations(seen: list[Seen], phases: set[int], max_retries: in
     return violations
 
 
-def window_violations(state_db: Path) -> tuple[list[str], Counter[str], int]:
+def window_violations(
+    state_db: Path, *, last_tick_after: int
+) -> tuple[list[str], Counter[str], int]:
     """Every session's settled windows tile its messages; what is unsettled has a reason.
 
-    Returns (violations, final outcome per window, windows still pending).
+    A window counts once, by its last event: a kept proposal's window may carry a `cap` or a
+    failed write first and its `created` later, and until then it is kept (in state.db). A
+    session still pending at the end needs a reason from the last tick (its events are those
+    after `last_tick_after`): its own failed attempt at its watermark, or a deferral that tick
+    counted. An outage's event names no session, so it excuses only as many sessions as the
+    tick reported waiting, never every pending one.
+
+    Returns (violations, final outcome per window, sessions still pending).
     """
     violations: list[str] = []
     outcomes: Counter[str] = Counter()
-    still_pending = 0
     with StateDB(state_db) as state:
         keys = [row["key"] for row in state.conn.execute("SELECT key FROM sessions")]
-        events = state.events(kinds=tuple(sorted(ALL_WINDOW_KINDS | {"deferred"})))
+        events = state.events(kinds=tuple(sorted(ALL_WINDOW_KINDS)))
         last_tick = state.get_meta("last_tick") or {}
         sessions = {key: state.session(key) for key in keys}
-    by_session: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
-    unsessioned_reasons = [
-        e for e in events if e.session is None and e.kind in ("error", "deferred")
-    ]
+        kept = {(p.session, p.first_message, p.last_message) for p in state.kept_proposals()}
+    # (session, first, last) -> the kind of its latest event that settled or kept it
+    windows: dict[tuple[str, int, int], str] = {}
     for event in events:
-        if event.session is None or event.kind == "deferred":
-            continue
         window = event.detail.get("messages")
+        if event.session is None:
+            continue
         if not (isinstance(window, list) and len(window) == 2):
             violations.append(f"event {event.id} {event.kind} names no window: {event.detail}")
             continue
-        if event.kind == "error" and not event.detail.get("gave_up"):
-            continue
-        by_session[event.session].append((window[0], window[1], event.kind))
+        if event.kind == "error" and not (event.detail.get("gave_up") or "kept" in event.detail):
+            continue  # an attempt the window caused: it is still pending
+        kind = "kept" if "kept" in event.detail else event.kind
+        windows[(event.session, window[0], window[1])] = kind
+    for window in kept:
+        if windows.get(window) not in (None, "kept"):
+            violations.append(f"{window} is settled ({windows[window]}) but still kept")
+        windows[window] = "kept"  # a merge the LLM could not make yet leaves no event
+    for window, kind in windows.items():
+        if kind == "kept" and window not in kept:
+            violations.append(f"{window}: kept ({kind}), then neither written nor kept")
+    by_session: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for (session, first, last), kind in windows.items():
+        by_session[session].append((first, last, kind))
+
+    last_tick_errors = {
+        (e.session, e.detail["messages"][0])
+        for e in events
+        if e.id > last_tick_after and e.kind == "error" and e.session and e.detail.get("messages")
+    }
+    unexcused: list[str] = []
+    still_pending = 0
     for key, session in sessions.items():
         assert session is not None
         expected = 0
@@ -243,7 +277,7 @@ def window_violations(state_db: Path) -> tuple[list[str], Counter[str], int]:
                 violations.append(
                     f"{key}: window {first}-{last} ({kind}) does not follow message {expected - 1}"
                 )
-            if kind not in SETTLED_KINDS:
+            if kind not in SETTLED_KINDS | {"kept"}:
                 violations.append(f"{key}: window {first}-{last} ended as {kind}")
             outcomes[kind] += 1
             expected = last + 1
@@ -253,13 +287,14 @@ def window_violations(state_db: Path) -> tuple[list[str], Counter[str], int]:
             )
         if session.held.count:
             still_pending += 1
-            own_error = any(
-                e.kind == "error" and e.session == key and e.detail["messages"][0] == expected
-                for e in events
-                if e.detail.get("messages")
-            )
-            if not (own_error or unsessioned_reasons or last_tick.get("deferred")):
-                violations.append(f"{key}: {session.held.count} messages pending, no reason")
+            if (key, session.held.start) not in last_tick_errors:
+                unexcused.append(key)
+    deferred = sum((last_tick.get("deferred") or {}).values())
+    if len(unexcused) > deferred:
+        violations.append(
+            f"{len(unexcused)} sessions pending with no reason of their own, the last tick"
+            f" deferred {deferred} windows: {unexcused[:10]}"
+        )
     return violations, outcomes, still_pending
 
 
@@ -314,7 +349,7 @@ async def run_in_process(
         circuit_reset_seconds=5,
     )
     clock = Clock()
-    ticks = 0
+    ticks = last_tick_after = 0
     with open_app(config, prepare=True) as app:
         async with LLMClient(settings, clock=clock) as llm:
             evolver = Evolver(app, llm, bind_sources(config, app.routing), clock=clock)
@@ -323,13 +358,17 @@ async def run_in_process(
                 for _ in range(4 * MAX_ATTEMPTS):
                     ticks += 1
                     faults.phase = ticks
+                    newest = app.state.events(limit=1)
+                    last_tick_after = newest[0].id if newest else 0
                     await evolver.tick()  # raising here is the daemon going down
                     clock.now += 10  # past the circuit's reset: the next tick may probe
                     fake.requests.clear()
                     fake.raw_bodies.clear()
-                    if not app.state.sessions_with_pending():
+                    if not app.state.sessions_with_pending() and not app.state.kept_proposals():
                         break
-    violations, outcomes, pending = window_violations(tmp_path / "state" / "state.db")
+    violations, outcomes, pending = window_violations(
+        tmp_path / "state" / "state.db", last_tick_after=last_tick_after
+    )
     violations += attempt_bound_violations(faults.seen, set(range(1, ticks + 1)), MAX_RETRIES)
     return {"ticks": ticks, "violations": violations, "outcomes": outcomes, "pending": pending}
 
@@ -363,19 +402,25 @@ def run_subprocess(
     violations += run_phase_bound_violations(workspace, faults.seen, SUBPROCESS_MAX_RETRIES)
 
     onces = 0
+    state_db = workspace.state / "state.db"
+    last_tick_after = last_event_id(state_db)
     for phase in range(1, 9):
-        with StateDB(workspace.state / "state.db") as state:
-            if not state.sessions_with_pending():
+        with StateDB(state_db) as state:
+            if not state.sessions_with_pending() and not state.kept_proposals():
                 break
         faults.phase = phase
+        last_tick_after = last_event_id(state_db)
         result = workspace.cli("once")
         onces += 1
         if result.returncode != 0:
             violations.append(f"skilld once exited {result.returncode}: {result.stderr[-500:]}")
+        violations += [f"once {phase}: {problem}" for problem in log_problems(result.stderr)]
     violations += attempt_bound_violations(
         faults.seen, set(range(1, onces + 1)), SUBPROCESS_MAX_RETRIES
     )
-    window_problems, outcomes, pending = window_violations(workspace.state / "state.db")
+    window_problems, outcomes, pending = window_violations(
+        state_db, last_tick_after=last_tick_after
+    )
     return {
         "violations": violations + window_problems,
         "outcomes": outcomes,
@@ -386,43 +431,36 @@ def run_subprocess(
 
 
 def one_daemon_life(
-    workspace: Workspace, faults: FaultLLM, rng: random.Random, *, phase: int, requests: int
+    workspace: Workspace,
+    faults: FaultLLM,
+    rng: random.Random,
+    *,
+    phase: int,
+    requests: int,
+    env: dict[str, str] | None = None,
 ) -> list[str]:
     """`skilld run` under faults until it made `requests` requests or its time is up; it must
-    still be running then, and stop with 0 on SIGTERM. Sessions grow while it runs."""
+    still be running then, and stop with 0 on SIGTERM. Sessions grow while it runs. A tick that
+    raised is a violation too: the daemon logs it and goes on, so only its log lines, its
+    sd_notify status and its events tell."""
     violations = []
     faults.phase = phase
     made_before = len(faults.seen)
-    daemon = workspace.popen("run")
-    output: list[str] = []
-    readers = [
-        threading.Thread(target=lambda stream=stream: output.append(stream.read()), daemon=True)
-        for stream in (daemon.stdout, daemon.stderr)
-    ]
-    for reader in readers:
-        reader.start()  # a full pipe would stall the daemon on its next log line
-    try:
+    state_db = workspace.state / "state.db"
+    events_before = last_event_id(state_db) if state_db.exists() else 0
+    with running(skilld_argv("run"), workspace.env(**(env or {}))) as daemon:
         deadline = time.monotonic() + RUN_LIFE_SECONDS
         next_round = 0.0
         while time.monotonic() < deadline and len(faults.seen) - made_before < requests:
-            if daemon.poll() is not None:
+            if not daemon.alive:
+                violations.append(f"skilld run exited with {daemon.process.returncode}")
                 break
             if time.monotonic() >= next_round:
                 add_round(workspace.sessions, rng, 3)
                 next_round = time.monotonic() + 1.0
             time.sleep(0.05)
-        if daemon.poll() is not None:
-            violations.append(f"skilld run exited with {daemon.returncode} under faults")
-        daemon.send_signal(signal.SIGTERM)
-        code = daemon.wait(timeout=20)
-        for reader in readers:
-            reader.join(timeout=10)
-        if code != 0:
-            violations.append(f"skilld run stopped with {code}: {''.join(output)[-500:]}")
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=10)
+    violations += daemon.problems()
+    violations += tick_failure_events(state_db, after_id=events_before)
     return violations
 
 
@@ -499,19 +537,84 @@ async def test_llm_fault_campaign(
     assert not violations, "\n".join(violations[:40])
 
 
+def save_session(state: StateDB, key: str, *, start: int, count: int = 0) -> None:
+    held = Held(start=start, count=count, conversational=count)
+    state.save_session(SessionState(key, "jsonl:x", {}, held, None, 0, None, None))
+
+
 def test_window_audit_can_fail(tmp_path: Path) -> None:
     """The tiling check sees a gap: a watermark past what the events account for."""
     state_db = tmp_path / "state.db"
     with StateDB(state_db) as state:
-        from skilld.state import Held, SessionState
-
-        state.save_session(
-            SessionState("jsonl:a", "jsonl:x", {}, Held(start=8), None, 0, None, None)
-        )
+        save_session(state, "jsonl:a", start=8)
         state.add_event("skipped", session="jsonl:a", detail={"messages": [0, 3]})
-    violations, outcomes, _ = window_violations(state_db)
+    violations, outcomes, _ = window_violations(state_db, last_tick_after=0)
     assert outcomes == {"skipped": 1}
     assert violations == ["jsonl:a: settled windows end at 4, watermark is 8"]
+
+
+def test_an_outage_excuses_only_the_windows_its_tick_kept_waiting(tmp_path: Path) -> None:
+    """An outage's event names no session: it no longer excuses every pending session, only
+    as many as the last tick reported waiting; an attempt of an earlier tick excuses none."""
+    state_db = tmp_path / "state.db"
+    with StateDB(state_db) as state:
+        for key in ("jsonl:a", "jsonl:b", "jsonl:c"):
+            save_session(state, key, start=0, count=4)
+        old_attempt = state.add_event(
+            "error", session="jsonl:c", detail={"messages": [0, 3], "gave_up": False}
+        )
+        state.add_event("error", reason="server error", detail={"windows_waiting": 1})
+        state.set_meta("last_tick", {"deferred": {"llm unavailable": 1}, "outage": "down"})
+    violations, _, pending = window_violations(state_db, last_tick_after=old_attempt)
+    assert pending == 3
+    assert violations == [
+        "3 sessions pending with no reason of their own, the last tick deferred 1 windows:"
+        " ['jsonl:a', 'jsonl:b', 'jsonl:c']"
+    ]
+    assert window_violations(state_db, last_tick_after=old_attempt - 1)[0] == [
+        "2 sessions pending with no reason of their own, the last tick deferred 1 windows:"
+        " ['jsonl:a', 'jsonl:b']"
+    ]
+
+
+def test_a_kept_window_counts_once(tmp_path: Path) -> None:
+    """A proposal kept at the cap and created later: two events, one window. One still kept
+    has its window accounted for by state.db, and one that vanished is a violation."""
+    state_db = tmp_path / "state.db"
+    with StateDB(state_db) as state:
+        save_session(state, "jsonl:a", start=12)
+        kept = {"messages": [0, 3], "kept": "written when there is room"}
+        state.add_event("cap", session="jsonl:a", detail=kept)
+        state.add_event("created", session="jsonl:a", detail={"messages": [0, 3]})
+        state.add_event("cap", session="jsonl:a", detail={**kept, "messages": [4, 7]})
+        state.keep_proposal(
+            "default", {}, session="jsonl:a", source="jsonl", first_message=4, last_message=7
+        )
+        failed = {"messages": [8, 11], "kept": "written once the fault is gone"}
+        state.add_event("error", session="jsonl:a", reason="could not write: full", detail=failed)
+    violations, outcomes, _ = window_violations(state_db, last_tick_after=0)
+    assert outcomes == {"created": 1, "kept": 2}
+    assert violations == ["('jsonl:a', 8, 11): kept (kept), then neither written nor kept"]
+
+
+@pytest.mark.anyio
+async def test_llm_fault_audit_sees_ticks_that_raise(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """A tick that raises inside `skilld run` is logged and the daemon goes on: the daemon's
+    life must still count as failed (here every other tick raises, through a shim)."""
+    workspace = Workspace(tmp_path / "ws", llm_url=fake_llm.base_url)
+    workspace.skills.mkdir(parents=True)
+    workspace.sessions.mkdir()
+    workspace.settings = {"evolve": {"interval_seconds": 0.05}, "log": {"level": "warning"}}
+    workspace.write_config()
+    faults = FaultLLM(random.Random(SEED), retry_after="1")
+    fake_llm.responder = faults
+    shim = fault_shim(tmp_path / "shim", TICK_RAISES_EVERY_OTHER_TIME)
+    violations = one_daemon_life(
+        workspace, faults, random.Random(SEED), phase=-1, requests=3, env=shim
+    )
+    assert any("tick_failed" in violation for violation in violations), violations
+    assert any("ticks failed" in violation for violation in violations), violations
+    assert any("tick failed: RuntimeError" in violation for violation in violations), violations
 
 
 def test_attempt_bound_can_fail() -> None:
