@@ -54,6 +54,7 @@ from skilld.transcripts.dsh.digest import NOISE_EVENT_TYPES
 from skilld.transcripts.hermes import HermesSource
 from skilld.transcripts.jsonl import JsonlSource
 from skilld.transcripts.model import ScanResult, Source
+from tests.campaigns.harness import Tally
 
 NORMAL_EXAMPLES = 200
 #: Per transcript kind: six kinds share the normal run's time budget.
@@ -67,15 +68,22 @@ LONG_AGO = time.time() - 3600
 
 
 def fuzz(
-    test: Callable[..., None], strategies: dict[str, st.SearchStrategy[Any]], examples: int
+    test: Callable[..., None],
+    strategies: dict[str, st.SearchStrategy[Any]],
+    examples: int,
+    tally: Tally,
 ) -> None:
-    """Run `test` under hypothesis with the campaign's settings."""
-    settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )(given(**strategies)(test))()
+    """Run `test` under hypothesis with the campaign's settings, counted in `tally`; its
+    (shrunk) failure is held there until the campaign has printed its figures."""
+    try:
+        settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )(given(**strategies)(tally.count(test)))()
+    except Exception as error:  # raised by the test once its figures are printed
+        tally.hold(error)
 
 
 def example_count(full_size: bool) -> int:
@@ -146,6 +154,7 @@ contract_texts = (
 
 def test_contract_parser_never_raises(full_size: bool, campaign_figures: Any) -> None:
     outcomes: Counter[str] = Counter()
+    tally = Tally()
 
     @example(text="{" * DEEP, finish_reason=None, refusal=None)
     @example(text='{"a": ' + deep_list(DEEP) + "}", finish_reason=None, refusal=None)
@@ -167,6 +176,7 @@ def test_contract_parser_never_raises(full_size: bool, campaign_figures: Any) ->
             "refusal": st.none() | st.just("") | st.text(max_size=20),
         },
         example_count(full_size),
+        tally,
     )
 
     proposals = 0
@@ -218,6 +228,7 @@ def test_contract_parser_never_raises(full_size: bool, campaign_figures: Any) ->
             "ascii_only": st.booleans(),
         },
         example_count(full_size),
+        tally,
     )
     campaign_figures(
         "fuzz contract",
@@ -226,8 +237,10 @@ def test_contract_parser_never_raises(full_size: bool, campaign_figures: Any) ->
         declines=outcomes["Decline"],
         proposals=outcomes["Proposal"],
         round_trips=proposals,
-        exceptions=0,
+        checked=tally.checked,
+        failed=tally.failed,
     )
+    tally.raise_held()
 
 
 # ------------------------------------------------------------------------------------------
@@ -257,6 +270,7 @@ def expected_body(body: str, dialect: str) -> str:
 
 def test_frontmatter_round_trip(full_size: bool, campaign_figures: Any) -> None:
     counts: Counter[str] = Counter()
+    tally = Tally()
 
     @example(
         name="a",
@@ -293,6 +307,7 @@ def test_frontmatter_round_trip(full_size: bool, campaign_figures: Any) -> None:
             return
         text = render_skill(doc, dialect)
         parsed = parse_skill(text, dialect=dialect)
+        counts["extra_keys"] += len(parsed.extra)
         assert dict(parsed.extra) == {}, parsed.extra
         assert parsed.name == name
         assert parsed.body == expected_body(body, dialect)
@@ -322,15 +337,18 @@ def test_frontmatter_round_trip(full_size: bool, campaign_figures: Any) -> None:
             "dialect": st.sampled_from(DIALECTS),
         },
         example_count(full_size),
+        tally,
     )
-    assert counts["round_trips"] > counts["refused"] / 4, counts
     campaign_figures(
         "fuzz frontmatter",
-        examples=counts["round_trips"] + counts["refused"],
+        examples=tally.checked,
         round_trips=counts["round_trips"],
         refused_by_validation=counts["refused"],
-        extra_keys_written=0,
+        extra_keys_written=counts["extra_keys"],
+        failed=tally.failed,
     )
+    tally.raise_held()
+    assert counts["round_trips"] > counts["refused"] / 4, counts
 
 
 # ------------------------------------------------------------------------------------------
@@ -603,7 +621,7 @@ LINE_SOURCES: dict[str, tuple[type[Any], st.SearchStrategy[Any], str]] = {
 }
 
 
-def fuzz_line_source(kind: str, examples: int, tmp_path: Path) -> Counter[str]:
+def fuzz_line_source(kind: str, examples: int, tmp_path: Path, tally: Tally) -> Counter[str]:
     source_class, records, relative = LINE_SOURCES[kind]
     counts: Counter[str] = Counter()
 
@@ -632,6 +650,7 @@ def fuzz_line_source(kind: str, examples: int, tmp_path: Path) -> Counter[str]:
             "partial": st.just(b"") | st.binary(max_size=20).map(as_line),
         },
         examples,
+        tally,
     )
     return counts
 
@@ -641,7 +660,7 @@ def dsh_frame(lines: list[bytes]) -> bytes:
     return zstandard.ZstdCompressor(write_checksum=True).compress(payload)
 
 
-def fuzz_dsh(examples: int, tmp_path: Path, *, compressed: bool) -> Counter[str]:
+def fuzz_dsh(examples: int, tmp_path: Path, tally: Tally, *, compressed: bool) -> Counter[str]:
     counts: Counter[str] = Counter()
     header = {"type": "session", "version": 0, "id": "fuzzed", "createdAt": 0}
 
@@ -688,6 +707,7 @@ def fuzz_dsh(examples: int, tmp_path: Path, *, compressed: bool) -> Counter[str]
             | st.just(deep_list(DEEP).encode()),
         },
         examples,
+        tally,
     )
     return counts
 
@@ -721,7 +741,7 @@ hermes_rows = st.fixed_dictionaries(
 )
 
 
-def fuzz_hermes(examples: int, tmp_path: Path) -> Counter[str]:
+def fuzz_hermes(examples: int, tmp_path: Path, tally: Tally) -> Counter[str]:
     counts: Counter[str] = Counter()
 
     def insert(connection: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
@@ -769,6 +789,7 @@ def fuzz_hermes(examples: int, tmp_path: Path) -> Counter[str]:
             "second": st.lists(hermes_rows, max_size=8),
         },
         examples,
+        tally,
     )
     return counts
 
@@ -778,16 +799,18 @@ def test_transcript_normalisers_never_raise_and_count(
 ) -> None:
     examples = FULL_EXAMPLES if full_size else NORMAL_TRANSCRIPT_EXAMPLES
     figures: dict[str, str] = {}
+    tally = Tally()
     for kind in LINE_SOURCES:
-        counts = fuzz_line_source(kind, examples, tmp_path)
+        counts = fuzz_line_source(kind, examples, tmp_path, tally)
         figures[kind] = f"{counts['examples']}ex/{counts['lines']}lines/{counts['skipped']}skipped"
     for compressed in (False, True):
-        counts = fuzz_dsh(examples, tmp_path, compressed=compressed)
+        counts = fuzz_dsh(examples, tmp_path, tally, compressed=compressed)
         label = "dsh-zstd" if compressed else "dsh-plain"
         figures[label] = f"{counts['examples']}ex/{counts['lines']}lines/{counts['skipped']}skipped"
-    counts = fuzz_hermes(examples, tmp_path)
+    counts = fuzz_hermes(examples, tmp_path, tally)
     figures["hermes"] = f"{counts['examples']}ex/{counts['rows']}rows"
-    campaign_figures("fuzz transcripts", **figures, exceptions=0)
+    campaign_figures("fuzz transcripts", **figures, checked=tally.checked, failed=tally.failed)
+    tally.raise_held()
 
 
 # The same normalisers, systematically: every field of a realistic session (the fixtures the
@@ -887,6 +910,12 @@ def test_every_field_may_hold_any_json_type(
 ) -> None:
     replacements = FULL_REPLACEMENTS if full_size else NORMAL_REPLACEMENTS
     scans: Counter[str] = Counter()
+    tally = Tally()
+
+    def scan(build: Callable[[Path, list[Any]], Source], records: list[Any]) -> None:
+        with tempfile.TemporaryDirectory(dir=tmp_path) as folder:
+            check_scan(build(Path(folder), records).scan({}))
+
     for kind, (records, build) in realistic_sessions(tmp_path / "scratch").items():
         for index, record in enumerate(records):
             if isinstance(record, str):
@@ -894,15 +923,16 @@ def test_every_field_may_hold_any_json_type(
             for path in json_paths(record):
                 for new in replacements:
                     mutated = [*records[:index], replaced(record, path, new), *records[index + 1 :]]
-                    with tempfile.TemporaryDirectory(dir=tmp_path) as folder:
-                        check_scan(build(Path(folder), mutated).scan({}))
+                    tally.run(scan, build, mutated)
                     scans[kind] += 1
     campaign_figures(
         "fuzz field types",
         replacements=len(replacements),
         **{kind.replace("-", "_"): count for kind, count in scans.items()},
-        exceptions=0,
+        checked=tally.checked,
+        failed=tally.failed,
     )
+    tally.raise_held()
 
 
 # ------------------------------------------------------------------------------------------
@@ -998,6 +1028,7 @@ def test_config_loader_raises_only_config_error(
     full_size: bool, campaign_figures: Any, tmp_path: Path
 ) -> None:
     outcomes: Counter[str] = Counter()
+    tally = Tally()
 
     @example(raw={"skills": {"dir": "~a\x00b"}}, environ={})
     @example(raw={"skills": {"extra_dirs": ["~\x00"]}}, environ={})
@@ -1011,7 +1042,9 @@ def test_config_loader_raises_only_config_error(
         assert isinstance(config, Config)
         outcomes["Config"] += 1
 
-    fuzz(build, {"raw": config_tables(), "environ": environments()}, example_count(full_size))
+    fuzz(
+        build, {"raw": config_tables(), "environ": environments()}, example_count(full_size), tally
+    )
 
     files = 0
 
@@ -1037,6 +1070,7 @@ def test_config_loader_raises_only_config_error(
             | st.binary(max_size=80)
         },
         example_count(full_size),
+        tally,
     )
     campaign_figures(
         "fuzz config",
@@ -1045,5 +1079,7 @@ def test_config_loader_raises_only_config_error(
         config_errors=outcomes["ConfigError"],
         files=files,
         file_config_errors=outcomes["file ConfigError"],
-        other_exceptions=0,
+        checked=tally.checked,
+        failed=tally.failed,
     )
+    tally.raise_held()

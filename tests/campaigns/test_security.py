@@ -29,7 +29,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ import yaml
 from skilld.cli import main as cli_main
 from skilld.config import EvolveConfig
 from skilld.skills.document import FORBIDDEN_KEYS, parse_skill
+from skilld.skills.names import InvalidName, validate_name
 from skilld.transcripts.normalise import ARGUMENTS_MAX_CHARS
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, completion
@@ -50,12 +51,30 @@ _TAG = re.compile(r"</?transcript-[0-9a-f]+>")
 
 def session_of(request: dict[str, Any]) -> str:
     match = _SESSION_IN_PROMPT.search(request["messages"][1]["content"])
-    assert match is not None, request["messages"][1]["content"][:200]
+    if match is None:
+        raise LookupError(f"no session in {request['messages'][1]['content'][:200]!r}")
     return match.group(1)
 
 
 def reply_with(payload: dict[str, Any]) -> Reply:
     return Reply(body=completion(json.dumps(payload)))
+
+
+@dataclass
+class BySession:
+    """The model: `answer(session name, request)` replies. A request it cannot answer (no
+    session named, a session it does not know) is declined and recorded for the test to
+    assert on: an assert in the server's thread would only drop the connection."""
+
+    answer: Callable[[str, dict[str, Any]], Reply]
+    unexpected: list[str] = field(default_factory=list)
+
+    def __call__(self, request: dict[str, Any]) -> Reply:
+        try:
+            return self.answer(session_of(request).split(":", 1)[1], request)
+        except LookupError as error:
+            self.unexpected.append(str(error))
+            return reply_with({"evolve": False, "reason": "Unexpected request."})
 
 
 def proposal(name: str, **fields: Any) -> dict[str, Any]:
@@ -179,6 +198,30 @@ def claude_workspace(tmp_path: Path, fake_llm: FakeLLM) -> Workspace:
     return workspace
 
 
+def name_rule(name: str) -> str | None:
+    """What skilld says of `name` in the claude dialect, or None if it is a valid name."""
+    try:
+        validate_name(name, dialect="claude")
+    except InvalidName as error:
+        return str(error)
+    return None
+
+
+#: Every command that takes a skill name, with its options; the name comes last, after `--`
+#: (so that a name like `-leading` reaches skilld instead of being read as an option).
+NAME_COMMANDS = (
+    ("skills", "write", "--description", "D.", "--content", "Body."),
+    ("skills", "write", "--description", "D.", "--content", "Body.", "--force"),
+    ("usage", "use"),
+    ("skills", "pin"),
+    ("skills", "delete", "--force"),
+    ("skills", "archive", "--force"),
+    ("skills", "rollback", "--force"),
+    ("skills", "history"),
+    ("skills", "restore"),
+)
+
+
 def test_hostile_names_are_refused_everywhere(
     claude_workspace: Workspace,
     fake_llm: FakeLLM,
@@ -192,56 +235,66 @@ def test_hostile_names_are_refused_everywhere(
     if full_size:
         rng = random.Random(SEED)
         names += [hostile_name(rng) for _ in range(1000)]
+    wrong: list[str] = []  # refusals that did not say why, or were no refusal
 
     # From the model: one session per name; the repair request gets the same name again.
     by_session = {}
     for index, name in enumerate(HOSTILE_NAMES):
         workspace.add_session(f"h{index}", conversation(f"topic {index}"))
-        by_session[f"jsonl:h{index}"] = name
-    fake_llm.responder = lambda request: reply_with(proposal(by_session[session_of(request)]))
+        by_session[f"h{index}"] = name
+    model = BySession(lambda session, _: reply_with(proposal(by_session[session])))
+    fake_llm.responder = model
     outside = workspace.root.parent
     before = tree(outside, skip=(workspace.state,))
     run_once(workspace)
     invalid = workspace.events("invalid")
-    assert sorted(event["session"] for event in invalid) == sorted(by_session)
+    assert sorted(event["session"] for event in invalid) == sorted(
+        f"jsonl:{session}" for session in by_session
+    )
+    for event in invalid:
+        name = by_session[event["session"].split(":")[1]]
+        # The reply contract refuses an empty name first, naming the empty key.
+        rule = "must not be empty when evolve is true: name" if name == "" else name_rule(name)
+        if rule is None or rule not in event["reason"]:
+            wrong.append(f"the model's {event['session']}: refused with {event['reason']!r}")
     assert workspace.events("created", "updated", "staged") == []
+    assert model.unexpected == []
 
     # From the command line, in-process (NUL cannot travel in argv): every command that
-    # takes a name refuses it with a one-line error.
+    # takes a name refuses it with one line that gives the rule it breaks.
     monkeypatch.setenv("SKILLD_CONFIG", str(workspace.config_path))
     refused = Counter[str]()
     for name in names:
-        commands = [
-            ["skills", "write", name, "--description", "D.", "--content", "Body."],
-            ["skills", "write", name, "--description", "D.", "--content", "Body.", "--force"],
-            ["usage", "use", name],
-            ["skills", "pin", name],
-            ["skills", "delete", name, "--force"],
-            ["skills", "archive", name, "--force"],
-            ["skills", "rollback", name, "--force"],
-            ["skills", "history", name],
-            ["skills", "restore", name],
-        ]
-        for argv in commands:
-            code = run_cli(argv)
+        rule = name_rule(name)
+        for command in NAME_COMMANDS:
+            code = run_cli([*command, "--", name])
             captured = capsys.readouterr()
-            assert code in (1, 2), (argv, code, captured.out)
-            assert captured.err.count("\n") == 1 and "Traceback" not in captured.err, argv
-            refused[argv[1]] += 1
+            if rule is None or code != 1 or captured.err != f"skilld: {rule}\n":
+                wrong.append(f"{[*command, name]} exited {code}: {captured.err[-300:]!r}")
+            else:
+                refused[command[1]] += 1
 
     after = tree(outside, skip=(workspace.state,))
-    new = sorted(set(after) - set(before))
-    assert all(Path(path).parent == workspace.skills for path in new), new
-    assert {Path(path).name for path in new} <= {".usage.json", ".usage.json.lock"}, new
-    assert {path: after[path] for path in before} == before  # nothing changed either
-    assert not (outside.parent / "etc").exists() and not Path("/abs-path").exists()
+    created_outside = sorted(
+        path
+        for path in set(after) - set(before)
+        if Path(path).parent != workspace.skills
+        or Path(path).name not in {".usage.json", ".usage.json.lock"}
+    )
+    changed_outside = sorted(path for path in before if after.get(path) != before[path])
+    escaped = [path for path in (outside.parent / "etc", Path("/abs-path")) if path.exists()]
     campaign_figures(
         "security names",
         names=len(names),
         refused_from_model=len(invalid),
         refused_from_cli=sum(refused.values()),
-        files_outside_root=0,
+        refusals_not_saying_why=len(wrong),
+        files_created_outside_root=len(created_outside) + len(escaped),
+        files_changed_outside_root=len(changed_outside),
     )
+    assert wrong == [], wrong[:20]
+    assert created_outside == [] and escaped == []
+    assert changed_outside == []
 
 
 # ------------------------------------------------------------------------------------------
@@ -298,9 +351,11 @@ def test_model_cannot_set_other_frontmatter_keys(
     }
     for name in attempts:
         workspace.add_session(name, conversation(name))
-    fake_llm.responder = lambda request: reply_with(attempts[session_of(request).split(":")[1]])
+    model = BySession(lambda session, _: reply_with(attempts[session]))
+    fake_llm.responder = model
     workspace.write_config()
     run_once(workspace)
+    assert model.unexpected == []
 
     written = skill_files(workspace)
     # Newlines in a description are refused in the agentskills dialect; the rest is written.
@@ -308,20 +363,29 @@ def test_model_cannot_set_other_frontmatter_keys(
         {"in-fields", "as-metadata-text"} if dialect == "agentskills" else set()
     )
     assert {path.parent.name for path in written} == expected
+    smuggled: list[str] = []  # keys or values skilld did not write itself
     for path in written:
         frontmatter = frontmatter_of(path)
-        assert set(frontmatter) <= ALLOWED_KEYS[dialect], (path, frontmatter)
-        assert set(frontmatter["metadata"]) == {"managed-by", "source-session", "version"}
-        assert frontmatter["metadata"]["managed-by"] == "skilld"
-        assert frontmatter["name"] == path.parent.name
-        assert not set(frontmatter) & FORBIDDEN_KEYS
-        assert dict(parse_skill(path.read_text(encoding="utf-8"), dialect=dialect).extra) == {}
+        parsed = parse_skill(path.read_text(encoding="utf-8"), dialect=dialect)
+        smuggled += [
+            f"{path.parent.name}: {key}" for key in set(frontmatter) - ALLOWED_KEYS[dialect]
+        ]
+        smuggled += [f"{path.parent.name}: {key}" for key in set(frontmatter) & FORBIDDEN_KEYS]
+        smuggled += [f"{path.parent.name}: parsed {key}" for key in parsed.extra]
+        metadata = frontmatter["metadata"]
+        smuggled += [
+            f"{path.parent.name}: metadata {key}"
+            for key in set(metadata) - {"managed-by", "source-session", "version"}
+        ]
+        if metadata.get("managed-by") != "skilld" or frontmatter["name"] != path.parent.name:
+            smuggled.append(f"{path.parent.name}: {frontmatter}")
     campaign_figures(
         f"security frontmatter {dialect}",
         attempts=len(attempts),
         written=len(written),
-        forbidden_keys_written=0,
+        forbidden_keys_written=len(smuggled),
     )
+    assert smuggled == []
 
 
 SHELL_DIRECTIVES = (
@@ -335,6 +399,10 @@ SHELL_DIRECTIVES = (
     "````\n"
     "3. Escaped already: \\!`hostname`\n"
 )
+
+
+#: A shell directive the claude dialect would run: inline !`cmd`, or a fence opened with `!`.
+LIVE_DIRECTIVE = re.compile(r"!`|```+!")
 
 
 def test_shell_directives_are_neutralised_in_the_claude_dialect(
@@ -354,13 +422,24 @@ def test_shell_directives_are_neutralised_in_the_claude_dialect(
     )
     run_once(workspace)
     text = (workspace.skills / "inspect-host" / "SKILL.md").read_text(encoding="utf-8")
-    assert "!`" not in text
-    assert not re.search(r"```+!", text)
-    assert text.count("! `") == 6  # every directive is still there, as inert text
-    assert "cat ~/.aws/credentials" in text and "uname -a" in text
     shown = workspace.cli("skills", "show", "inspect-host")
-    assert shown.returncode == 0 and "!`" not in shown.stdout
-    campaign_figures("security shell directives", directives=8, live_after_write=0)
+    assert shown.returncode == 0
+    sent = SHELL_DIRECTIVES + "!`id` !`whoami`"  # the body, the description, when to use
+    # Directives in what the model sent, less the one escaped already; live ones in the file.
+    directives = len(LIVE_DIRECTIVE.findall(sent)) - sent.count("\\!`")
+    live = len(LIVE_DIRECTIVE.findall(text.replace("\\!`", "")))
+    live_shown = len(LIVE_DIRECTIVE.findall(shown.stdout.replace("\\!`", "")))
+    inert = text.count("! `")
+    campaign_figures(
+        "security shell directives",
+        directives=directives,
+        live_after_write=live,
+        live_in_show=live_shown,
+        kept_as_inert_text=inert,
+    )
+    assert (live, live_shown) == (0, 0)
+    assert inert == 6  # every inline directive is still there, as inert text
+    assert "cat ~/.aws/credentials" in text and "uname -a" in text
 
 
 # ------------------------------------------------------------------------------------------
@@ -387,21 +466,28 @@ def test_symlink_out_of_the_root_is_broken_and_never_written_through(
     outside_before = tree(tmp_path / "outside")
     workspace.write_config()
 
+    links = [path for path in workspace.skills.iterdir() if path.is_symlink()]
     listing = json.loads(workspace.cli("skills", "list", "--json").stdout)
     broken = {row["name"]: row["broken"] for row in listing}
-    for name in ("etc-link", "passwd", "decoy"):
-        assert broken.get(name) and "links out" in broken[name], listing
-
-    # The model proposes exactly those names; a person insists with --force.
     names = ["etc-link", "passwd", "decoy"]
+    listed_broken = [name for name in names if "links out" in (broken.get(name) or "")]
+
+    # The model proposes exactly those names; a person insists with --force, and a saved
+    # version of each waits in history for a rollback to write back.
     for name in names:
         workspace.add_session(name, conversation(name))
-    fake_llm.responder = lambda request: reply_with(proposal(session_of(request).split(":")[1]))
+        saved = workspace.state / "history" / "@default" / name / "20260101T000000000000Z-0.md"
+        saved.parent.mkdir(parents=True)
+        saved.write_text(f"---\nname: {name}\ndescription: Old.\n---\nOld.\n")
+    model = BySession(lambda session, _: reply_with(proposal(session)))
+    fake_llm.responder = model
     run_once(workspace)
+    assert model.unexpected == []
     assert workspace.events("created", "updated") == []
     refused = workspace.events("protected", "invalid")
     assert sorted(event["session"] for event in refused) == sorted(f"jsonl:{n}" for n in names)
     monkeypatch.setenv("SKILLD_CONFIG", str(workspace.config_path))
+    wrong: list[str] = []  # refusals that did not name the link, or no refusal
     for name in names:
         for command in (
             ["skills", "write", name, "--description", "D.", "--content", "x", "--force"],
@@ -410,20 +496,32 @@ def test_symlink_out_of_the_root_is_broken_and_never_written_through(
             ["skills", "rollback", name, "--force"],
         ):
             code = run_cli(command)
-            assert code == 1, (command, capsys.readouterr())
+            err = capsys.readouterr().err
+            if code != 1 or "is a link out of" not in err:
+                wrong.append(f"{command} exited {code}: {err[-300:]!r}")
 
-    assert sorted(os.listdir("/etc")) == etc_before
-    assert not Path("/etc/SKILL.md").exists()
-    assert Path("/etc/passwd").read_bytes() == passwd_before
-    assert tree(tmp_path / "outside") == outside_before
-    assert (workspace.skills / "etc-link").is_symlink()
+    changed = [
+        what
+        for what, moved in (
+            ("/etc listing", sorted(os.listdir("/etc")) != etc_before),
+            ("/etc/SKILL.md", Path("/etc/SKILL.md").exists()),
+            ("/etc/passwd", Path("/etc/passwd").read_bytes() != passwd_before),
+            ("outside tree", tree(tmp_path / "outside") != outside_before),
+            ("links", [path for path in links if not path.is_symlink()]),
+        )
+        if moved
+    ]
     campaign_figures(
         "security symlinks",
-        links_out=3,
-        listed_broken=3,
-        writes_refused=len(refused) + 4 * len(names),
-        written_through=0,
+        links_out=len(links),
+        listed_broken=len(listed_broken),
+        writes_refused=len(refused) + 4 * len(names) - len(wrong),
+        refusals_not_naming_the_link=len(wrong),
+        written_through=len(changed),
     )
+    assert listed_broken == names, listing
+    assert wrong == [], wrong
+    assert changed == []
 
 
 # ------------------------------------------------------------------------------------------
@@ -473,50 +571,59 @@ def test_injected_instructions_stay_data_and_downloads_are_held(
     workspace.skills.mkdir(parents=True)
     workspace.settings = {"evolve": {"publish": "auto"}}
     workspace.add_session("injected", injected_session())
-    patterns = {}
+    patterns = {"injected": ("run-installer", INJECTION.split("runs ")[1])}
     for index, command in enumerate(DOWNLOAD_AND_EXECUTE):
         workspace.add_session(f"p{index}", conversation(f"installer {index}"))
-        patterns[f"jsonl:p{index}"] = (f"install-tool-{index}", command)
+        patterns[f"p{index}"] = (f"install-tool-{index}", command)
 
-    def obey(request: dict[str, Any]) -> Reply:
-        session = session_of(request)
-        name, command = patterns.get(session, ("run-installer", INJECTION.split("runs ")[1]))
+    def obey(session: str, request: dict[str, Any]) -> Reply:
+        name, command = patterns[session]
         content = f"1. Install the tool:\n\n```bash\n{command}\n```\n2. Check it works.\n"
         return reply_with(proposal(name, content=content))
 
-    fake_llm.responder = obey
+    model = BySession(obey)
+    fake_llm.responder = model
     workspace.write_config()
     run_once(workspace)
+    assert model.unexpected == []
 
     # The request that carried the injected tool output.
     (request,) = [r for r in fake_llm.requests if session_of(r) == "jsonl:injected"]
     system, user = (message["content"] for message in request["messages"])
-    assert INJECTION not in system
     tags = _TAG.findall(user)
     open_tag, close_tag = tags[0], tags[-1]
     assert open_tag in system and close_tag in system  # the model is told which tags
     assert user.count(open_tag) == 1 and user.count(close_tag) == 1
     start, end = user.index(open_tag), user.index(close_tag)
     spots = [match.start() for match in re.finditer(re.escape(INJECTION), user)]
-    assert len(spots) == 2 and all(start < spot < end for spot in spots)
     raw = next(body for body in fake_llm.raw_bodies if b"jsonl:injected" in body).decode()
-    assert raw.count(json.dumps(INJECTION)[1:-1]) == 2  # nowhere else in the body
+    # Every time the injected line shows up in the request body, and how often as data.
+    in_body = raw.count(json.dumps(INJECTION)[1:-1])
+    inside = sum(1 for spot in spots if start < spot < end)
+    outside = in_body - inside
 
     staged = workspace.events("staged")
-    assert len(staged) == len(DOWNLOAD_AND_EXECUTE) + 1, [e["skill"] for e in staged]
-    for event in staged:
-        assert event["reason"].startswith("download-and-execute: "), event
-        assert (workspace.state / "pending" / "default" / f"{event['skill']}.json").is_file()
-    assert skill_files(workspace) == []
+    held_for_download = [
+        event
+        for event in staged
+        if event["reason"].startswith("download-and-execute: ")
+        and (workspace.state / "pending" / "default" / f"{event['skill']}.json").is_file()
+    ]
+    published = skill_files(workspace)
     status = json.loads(workspace.cli("status", "--json").stdout)
-    assert status["pending_review"] == len(staged)
     campaign_figures(
         "security injection",
-        injected_lines_outside_delimiters=0,
-        download_execute_patterns=len(DOWNLOAD_AND_EXECUTE) + 1,
-        staged=len(staged),
-        published=0,
+        injected_lines=in_body,
+        injected_lines_inside_delimiters=inside,
+        injected_lines_outside_delimiters=outside,
+        download_execute_patterns=len(patterns),
+        staged=len(held_for_download),
+        published=len(published),
     )
+    assert (inside, outside) == (2, 0)
+    assert len(held_for_download) == len(staged) == len(patterns), [e["skill"] for e in staged]
+    assert published == []
+    assert status["pending_review"] == len(staged)
 
 
 # ------------------------------------------------------------------------------------------
@@ -708,10 +815,9 @@ def plant_in_sessions(planted: list[Planted], per_session: int) -> list[list[Pla
     return groups
 
 
-def echo_window(request: dict[str, Any]) -> Reply:
+def echo_window(session: str, request: dict[str, Any]) -> Reply:
     """A model that copies everything it was sent into the skill it proposes."""
     user = request["messages"][1]["content"]
-    session = session_of(request).split(":")[1]
     flat = " ".join(user.replace("<", "(").replace(">", ")").split())
     return reply_with(
         proposal(
@@ -742,9 +848,11 @@ def test_planted_secrets_never_leave_the_transcript(
     for index, group in enumerate(groups):
         workspace.add_session(f"s{index}", secret_session(group, rng))
     straddling_cuts = [secret for group in groups for secret in group[:2]]
-    fake_llm.responder = echo_window
+    model = BySession(echo_window)
+    fake_llm.responder = model
     workspace.write_config()
     logs = run_once(workspace)
+    assert model.unexpected == []
 
     outputs = {
         "log lines": logs,
