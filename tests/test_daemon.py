@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from skilld.skills.document import parse_skill
+from tests.campaigns.harness import notify_socket, wait_for
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, skill_reply
 
@@ -181,19 +182,21 @@ def test_sigterm_during_a_tick_exits_0_with_nothing_half_written(
     fake_llm.responder = slow_second
     daemon = workspace.popen("run")
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(fake_llm.requests) < 2:
-            time.sleep(0.05)
-        assert len(fake_llm.requests) == 2, "both windows should be in flight"
-        time.sleep(0.3)
-        started = time.monotonic()
+        # The fast window is settled and the slow one still hangs (for 30 s) in its request.
+        assert wait_for(
+            lambda: (
+                len(fake_llm.requests) == 2
+                and (workspace.skills / "fast-one" / "SKILL.md").exists()
+            ),
+            30,
+        ), "both windows should have been asked, the fast one settled"
         daemon.send_signal(signal.SIGTERM)
-        code = daemon.wait(timeout=10)
+        # Far less than the hang: SIGTERM cancels the request in flight.
+        code = daemon.wait(timeout=20)
     finally:
         if daemon.poll() is None:
             daemon.kill()
     assert code == 0
-    assert time.monotonic() - started < 10
     files = [p for p in workspace.skills.rglob("*") if p.is_file()]
     assert all(".skilld-tmp-" not in p.name for p in files)
     for path in workspace.skills.glob("*/SKILL.md"):
@@ -210,10 +213,8 @@ def test_second_daemon_on_the_same_state_exits_2(workspace: Workspace, fake_llm:
     workspace.write_config()
     first = workspace.popen("run")
     try:
-        deadline = time.monotonic() + 20
         lock = workspace.state / "daemon.lock"
-        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
-            time.sleep(0.05)
+        wait_for(lambda: lock.exists() and lock.read_text().strip() != "", 20)
         second = workspace.cli("run", timeout=30)
         assert second.returncode == 2
         assert f"pid {first.pid}" in second.stderr
@@ -254,26 +255,22 @@ def test_llm_failure_is_an_error_event_visible_in_status(workspace: Workspace) -
 def test_sighup_reloads_the_config(workspace: Workspace, fake_llm: FakeLLM) -> None:
     workspace.llm_url = fake_llm.base_url
     workspace.write_config()
-    daemon = workspace.popen("run")
-    try:
-        workspace.add_session("before", conversation("before"))
-        fake_llm.push(skill_reply("before-reload"))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (workspace.skills / "before-reload").exists():
-            time.sleep(0.1)
-        assert (workspace.skills / "before-reload").exists()
-        workspace.settings = {"evolve": {"publish": "review"}}
-        workspace.write_config()
-        daemon.send_signal(signal.SIGHUP)
-        time.sleep(1.5)  # the reload happens between ticks; give it one interval
-        workspace.add_session("after", conversation("after"))
-        fake_llm.push(skill_reply("after-reload"))
-        staged = workspace.state / "pending" / "default" / "after-reload.json"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not staged.exists():
-            time.sleep(0.1)
-        assert staged.exists(), "after SIGHUP, review mode should stage new proposals"
-        assert not (workspace.skills / "after-reload").exists()
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=10) == 0
+    with notify_socket() as notify:
+        daemon = workspace.popen("run", NOTIFY_SOCKET=notify.address)
+        try:
+            workspace.add_session("before", conversation("before"))
+            fake_llm.push(skill_reply("before-reload"))
+            assert wait_for(lambda: (workspace.skills / "before-reload").exists(), 30)
+            workspace.settings = {"evolve": {"publish": "review"}}
+            workspace.write_config()
+            daemon.send_signal(signal.SIGHUP)
+            # The reload happens between ticks: RELOADING=1, then READY=1 once it is done.
+            assert wait_for(lambda: notify.reloads == 1 and notify.starts == 2, 30)
+            workspace.add_session("after", conversation("after"))
+            fake_llm.push(skill_reply("after-reload"))
+            staged = workspace.state / "pending" / "default" / "after-reload.json"
+            assert wait_for(staged.exists, 30), "after SIGHUP, review mode should stage"
+            assert not (workspace.skills / "after-reload").exists()
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=10) == 0

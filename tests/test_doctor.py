@@ -21,6 +21,7 @@ import structlog
 from skilld import cli
 from skilld.commands.ops import toml_value
 from skilld.config import build_config, load_config
+from tests.campaigns.harness import shared_tmp_dir, unprivileged
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, Reply
 
@@ -217,16 +218,33 @@ def test_skills_path_that_is_a_file_fails(healthy: Workspace) -> None:
     ]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
-def test_read_only_skills_dir_fails(healthy: Workspace, run_cli: Run) -> None:
-    healthy.skills.chmod(0o500)
-    try:
-        result = doctor(run_cli, "--no-llm")
-    finally:
-        healthy.skills.chmod(0o700)
-    assert result.returncode == 1
-    assert lines(result, "library")[0].startswith(
-        f"fail default {healthy.skills} (dsh): not writable"
+def test_read_only_skills_dir_fails() -> None:
+    """Through a process of an unprivileged user: root writes through permission bits."""
+    user = unprivileged()
+    with shared_tmp_dir() as base:
+        workspace = Workspace(base)
+        workspace.skills.mkdir()
+        workspace.add_session("s1", [{"role": "user", "content": "hello"}])
+        workspace.write_config()
+        user.own(base)
+
+        def doctor_as_user() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                user.skilld("doctor", "--timeout", "5", "--no-llm"),
+                env=workspace.env(HOME=str(base)),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        writable = doctor_as_user()
+        workspace.skills.chmod(0o500)
+        read_only = doctor_as_user()
+    assert lines(writable, "library")[0].startswith(f"ok default {workspace.skills} (dsh)")
+    assert read_only.returncode == 1
+    assert lines(read_only, "library")[0].startswith(
+        f"fail default {workspace.skills} (dsh): not writable: Permission denied"
     )
 
 
