@@ -356,7 +356,14 @@ def finish(campaign: Campaign) -> tuple[list[str], dict[str, int]]:
     commit must have been recovered as that write."""
     workspace = campaign.workspace
     campaign.llm.responder = CrashLLM(random.Random(campaign.rng.random()), slow=False)
-    final = workspace.cli("once", **campaign.env)
+    final = subprocess.run(
+        skilld_argv("once"),
+        env=workspace.env(**campaign.env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     violations = list(campaign.violations)
     if final.returncode != 0:
         violations.append(f"the final skilld once exited {final.returncode}")

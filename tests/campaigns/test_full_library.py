@@ -10,6 +10,7 @@ Normal size: each way once. `--full`: each way five times over.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 from collections import Counter
@@ -92,7 +93,7 @@ class Campaign:
         for index in range(self.cap - len(self.managed())):
             name = f"{prefix}-{index}"
             self.propose(name)
-            self.wait(lambda n=name: self.written(n), f"{name} created")
+            self.wait(functools.partial(self.written, name), f"{name} created")
 
     def at_cap(self, name: str) -> str:
         """A new skill proposed to the full library: kept, with one `cap` event."""

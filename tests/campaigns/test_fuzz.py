@@ -941,7 +941,7 @@ def test_every_field_may_hold_any_json_type(
 section_keys = {
     name: sorted(field.name for field in dataclasses.fields(cls)) for name, cls in SECTIONS.items()
 }
-config_values = (
+config_values: st.SearchStrategy[Any] = (
     json_scalars
     | st.lists(json_scalars, max_size=3)
     | st.sampled_from(

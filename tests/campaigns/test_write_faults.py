@@ -18,6 +18,7 @@ twenty ticks.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 from collections import Counter
@@ -189,7 +190,7 @@ class Campaign:
     def cleared(self, fault: str, names: dict[str, int]) -> None:
         for name, version in names.items():
             self.checks += 1
-            if not self._wait(lambda n=name, v=version: self.written(n, v)):
+            if not self._wait(functools.partial(self.written, name, version)):
                 self.violations.append(f"{fault}: {name} v{version} not written once cleared")
         self.no_half_written_files(f"after {fault}")
 
