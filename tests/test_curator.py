@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from skilld.app import App, open_app, routing_of
+from skilld.app import App, open_app
 from skilld.config import Config, build_config, load_config
 from skilld.curator.lifecycle import Candidate, Thresholds, decide, plan_pass
 from skilld.curator.passes import DISABLED_KEY, LAST_RUN_KEY, run_lifecycle
 from skilld.curator.schedule import ScheduledCurator, curate, schedule_decision
 from skilld.daemon import Daemon
+from skilld.routing import resolve
 from skilld.skills.document import SkillDoc, parse_skill
 from skilld.skills.library import Library, Origin
 from skilld.skills.usage import UsageStore, format_timestamp, new_record
@@ -64,7 +65,7 @@ def make_config(tmp_path: Path, **curator: Any) -> Config:
 def clocked_app(config: Config, clock: Clock) -> Iterator[App]:
     state = StateDB(config.state.dir / "state.db", clock=lambda: clock().timestamp())
     usage = UsageStore(config.skills.dir, clock=clock)
-    routing = routing_of(config)
+    routing = resolve(config)
     library = Library(
         routing.libraries["default"],
         state,

@@ -842,7 +842,7 @@ def test_same_session_in_two_files_is_read_once(root: Path) -> None:
 
 
 def test_default_sessions_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from skilld.transcripts.registry import default_path
+    from skilld.routing import default_path
 
     monkeypatch.setenv("DSH_HOME", str(tmp_path))
     assert default_path("dsh") == tmp_path / "sessions"

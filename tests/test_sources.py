@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 
+from skilld.config import SOURCE_KINDS
+from skilld.routing import default_path
 from skilld.transcripts._filesource import SessionFile, Whereabouts, may_forget, settle_keys
 from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
 from skilld.transcripts.hermes import HermesSource
 from skilld.transcripts.jsonl import JsonlSource
 from skilld.transcripts.model import Message, ScanResult, SessionRead, Source
-from skilld.transcripts.registry import SOURCE_KINDS, build_source, default_path
+from skilld.transcripts.registry import build_source
 from skilld.transcripts.signals import SkillSignal
 
 # --------------------------------------------------------------------------- helpers

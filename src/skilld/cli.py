@@ -9,18 +9,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from skilld import __version__
-from skilld.app import App, open_app
 from skilld.commands import curate, daemon, mcp, ops, replay, skills
 from skilld.commands.common import Parser
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, SkilldError
 from skilld.log import configure_logging
 
+if TYPE_CHECKING:
+    from skilld.app import App
+
 COMMAND_MODULES = (daemon, skills, ops, replay, curate, mcp)
 
-Handler = Callable[[App, argparse.Namespace], int]
+Handler = Callable[["App", argparse.Namespace], int]
 
 #: Long-running commands whose log lines are the operator's view of what happens.
 DAEMON_GROUPS = frozenset({"run", "once", "replay", "mcp"})
@@ -53,10 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_handler(config: Config, args: argparse.Namespace) -> int:
-    if not getattr(args, "needs_app", True):
-        return args.handler(config, args)
-    handler: Handler = args.handler
+    """Run the command's handler; every error skilld raises on purpose becomes its one-line
+    message and its exit code."""
     try:
+        if not getattr(args, "needs_app", True):
+            return int(args.handler(config, args))
+        from skilld.app import open_app  # the libraries: not for commands that need no app
+
+        handler: Handler = args.handler
         with open_app(config) as app:
             return handler(app, args)
     except ConfigError as exc:

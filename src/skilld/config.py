@@ -125,9 +125,13 @@ class StateConfig:
     dir: Path = field(default_factory=default_state_dir)
 
 
+SourceKind = Literal["jsonl", "dsh", "claude-code", "codex", "hermes"]
+SOURCE_KINDS: tuple[str, ...] = get_args(SourceKind)
+
+
 @dataclass(frozen=True)
 class SourceConfig:
-    kind: Literal["jsonl", "dsh", "claude-code", "codex", "hermes"]
+    kind: SourceKind
     path: Path | None = None
     glob: str = ""
     include_subagents: bool = False

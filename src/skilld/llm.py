@@ -23,9 +23,9 @@ from typing import Any, Final, Literal, Self
 
 import anyio
 import httpx
-import structlog
 
 from skilld import __version__
+from skilld.log import get_logger
 
 ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "none"]
 FormatLevel = Literal["json_schema", "json_object", "none"]
@@ -64,7 +64,7 @@ _CIRCUIT_KINDS: Final[frozenset[str]] = frozenset(
 _HOUR_SECONDS: Final = 3600.0
 _SERVER_MESSAGE_LIMIT: Final = 200
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

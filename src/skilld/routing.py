@@ -19,12 +19,19 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from skilld.config import Config, LibraryConfig, SourceConfig, dsh_home, hermes_home
-from skilld.errors import ConfigError
+from skilld.config import (
+    SOURCE_KINDS,
+    Config,
+    LibraryConfig,
+    SourceConfig,
+    dsh_home,
+    hermes_home,
+)
+from skilld.errors import ConfigError, UsageError
 
 #: The name of the single library of a `[skills] dir` configuration.
 DEFAULT_LIBRARY = "default"
@@ -32,19 +39,17 @@ DEFAULT_LIBRARY = "default"
 PROJECT_MARK = "@"
 
 
-def claude_home() -> Path:
-    value = os.environ.get("CLAUDE_CONFIG_DIR")
-    return Path(value) if value else Path.home() / ".claude"
-
-
-def agents_home() -> Path:
-    return Path.home() / ".agents"
+def _env_home(variable: str, fallback: str) -> Path:
+    value = os.environ.get(variable)
+    return Path(value).expanduser() if value else Path.home() / fallback
 
 
 @dataclass(frozen=True, slots=True)
 class AgentDefaults:
-    """What an agent loads: its library's name, dir, dialect and project skills dir."""
+    """Where an agent keeps its sessions, and the library it loads: its name, dir, dialect
+    and project skills dir."""
 
+    sessions: Callable[[], Path]
     library: str
     dir: Callable[[], Path]
     dialect: str
@@ -53,20 +58,60 @@ class AgentDefaults:
     recursive: bool = False
 
 
-#: Source kind -> the library its agent loads (see the README's "Configure for your agent").
+#: Source kind -> where its agent writes sessions and which library it loads (see the README's
+#: "Configure for your agent" for what each agent reads).
 AGENTS: Mapping[str, AgentDefaults] = {
-    "dsh": AgentDefaults("dsh", lambda: dsh_home() / "skills", "dsh", ".dsh/skills"),
+    "dsh": AgentDefaults(
+        lambda: dsh_home() / "sessions",
+        "dsh",
+        lambda: dsh_home() / "skills",
+        "dsh",
+        ".dsh/skills",
+    ),
     "claude-code": AgentDefaults(
-        "claude", lambda: claude_home() / "skills", "claude", ".claude/skills"
+        lambda: _env_home("CLAUDE_CONFIG_DIR", ".claude") / "projects",
+        "claude",
+        lambda: _env_home("CLAUDE_CONFIG_DIR", ".claude") / "skills",
+        "claude",
+        ".claude/skills",
     ),
     "codex": AgentDefaults(
-        "codex", lambda: agents_home() / "skills", "agentskills", ".agents/skills"
+        lambda: _env_home("CODEX_HOME", ".codex") / "sessions",
+        "codex",
+        lambda: Path.home() / ".agents" / "skills",
+        "agentskills",
+        ".agents/skills",
     ),
     "hermes": AgentDefaults(
-        "hermes", lambda: hermes_home() / "skills", "agentskills", None, recursive=True
+        lambda: hermes_home() / "state.db",
+        "hermes",
+        lambda: hermes_home() / "skills",
+        "agentskills",
+        None,
+        recursive=True,
     ),
 }
 _AGENT_BY_LIBRARY = {defaults.library: kind for kind, defaults in AGENTS.items()}
+
+
+def default_path(kind: str) -> Path:
+    """Where `kind` keeps its sessions when the config names no path."""
+    if kind == "jsonl":
+        raise ValueError("a jsonl source has no default path: set `path` in its [[sources]] entry")
+    if kind not in AGENTS:
+        raise ValueError(
+            f"unknown source kind {kind!r} (expected one of {', '.join(SOURCE_KINDS)})"
+        )
+    return AGENTS[kind].sessions()
+
+
+def default_sources() -> tuple[SourceConfig, ...]:
+    """Zero config: every agent whose default transcript location exists on this machine."""
+    return tuple(
+        SourceConfig(kind=kind, path=path)  # type: ignore[arg-type]
+        for kind in AGENTS
+        if (path := default_path(kind)).exists()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,14 +175,15 @@ def storage_key(name: str) -> str:
     return f"{user}{PROJECT_MARK}{slug}-{digest}"
 
 
-def resolve(config: Config, *, detected_sources: Callable[[], tuple[SourceConfig, ...]]) -> Routing:
+def resolve(
+    config: Config, *, detected_sources: Callable[[], tuple[SourceConfig, ...]] | None = None
+) -> Routing:
     """The libraries and routes of `config`. Raises ConfigError naming what to fix.
 
-    `detected_sources` lists the agents found on this machine; it is consulted only when the
-    configuration names no `[[sources]]`.
+    `detected_sources` lists the agents found (default: on this machine, `default_sources`);
+    it is consulted only when the configuration names no `[[sources]]`.
     """
-    from skilld.transcripts.registry import default_path
-
+    detected_sources = detected_sources or default_sources
     detected = not config.sources
     sources = config.sources or detected_sources()
     declared = {table.name: _declared(table, config) for table in config.libraries}
@@ -162,6 +208,43 @@ def resolve(config: Config, *, detected_sources: Callable[[], tuple[SourceConfig
         routes.append(Route(replace(source, path=path), name))
     _check_distinct_dirs(libraries)
     return Routing(libraries, tuple(routes), detected=detected)
+
+
+#: An agent names its own library in the environment it starts skilld with (its hooks, its
+#: MCP server entry).
+LIBRARY_ENV = "SKILLD_LIBRARY"
+
+
+def requested_library(explicit: str | None) -> str | None:
+    """The library a command was asked for: `--library`, else `$SKILLD_LIBRARY`."""
+    return explicit or os.environ.get(LIBRARY_ENV) or None
+
+
+def choose_library(
+    names: Sequence[str],
+    *,
+    configured: int,
+    requested: str | None,
+    holding: Sequence[str],
+    skill: str | None,
+) -> str:
+    """The library a command acts on, among `names` (the `configured` first, then project
+    libraries): the one `requested` (`--library`, `$SKILLD_LIBRARY`), else the only one that
+    holds `skill`, else the only configured one. Raises UsageError listing the choices."""
+    known = ", ".join(names) or "none"
+    if requested is not None:
+        if requested in names:
+            return requested
+        raise UsageError(f"no library named {requested!r} (known: {known})")
+    if len(holding) == 1:
+        return holding[0]
+    if len(holding) > 1:
+        raise UsageError(f"{skill} is in several libraries ({', '.join(holding)}); add --library")
+    if configured == 1:
+        return names[0]
+    if not names:
+        raise UsageError("no library is configured and no agent was found on this machine")
+    raise UsageError(f"which library? add --library NAME (one of: {known})")
 
 
 def project_library(user: LibrarySpec, root: Path) -> LibrarySpec:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from skilld.app import App
 from skilld.commands.common import Failure, print_json_line
 
 if TYPE_CHECKING:
+    from skilld.app import App
     from skilld.curator.consolidate import ConsolidationReport
     from skilld.curator.passes import LifecycleReport
     from skilld.curator.schedule import CuratorRun

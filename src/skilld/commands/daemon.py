@@ -7,22 +7,21 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-
-from skilld.app import App
-from skilld.commands.common import CLI, Failure, Parser, print_json_line
+from skilld.commands.common import Failure, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError, UsageError
-from skilld.evolve.review import ReviewQueue
-from skilld.routing import project_library
-from skilld.state import utc_now_iso
+
+if TYPE_CHECKING:
+    from skilld.app import App
 
 # -- daemon ----------------------------------------------------------------------------------
 
 
 def cmd_run(config: Config, args: argparse.Namespace) -> int:
+    import anyio
+
     from skilld.curator.schedule import ScheduledCurator
     from skilld.daemon import Daemon
 
@@ -65,8 +64,8 @@ def library_status(app: App) -> list[dict[str, Any]]:
 
 
 def status_report(app: App) -> dict[str, Any]:
-    from skilld.evolve.supervisor import backlog
-    from skilld.evolve.wiring import bind_sources
+    from skilld.evolve.backlog import backlog
+    from skilld.evolve.review import ReviewQueue
 
     state = app.state
     now = time.time()
@@ -82,7 +81,7 @@ def status_report(app: App) -> dict[str, Any]:
         "daemon_pid": daemon.get("pid"),
         "sessions_tracked": stats["tracked"],
         "windows_deferred": stats["deferred"],
-        "backlog": backlog(app, bind_sources(app.config, app.routing)),
+        "backlog": backlog(app),
         "libraries": libraries,
         "skills_managed": sum(row["managed"] for row in libraries),
         "max_managed": sum(row["max_managed"] for row in libraries),
@@ -133,6 +132,8 @@ def _duration(seconds: float) -> str:
 
 
 def cmd_status(app: App, args: argparse.Namespace) -> int:
+    from skilld.state import utc_now_iso
+
     report = status_report(app)
     age = report["heartbeat_age_seconds"]
     stale = age is None or age > 3 * report["interval_seconds"]
@@ -178,6 +179,8 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_review(app: App, args: argparse.Namespace) -> int:
+    from skilld.evolve.review import ReviewQueue
+
     queue = ReviewQueue(app.config.state.dir / "pending")
     if args.command == "list":
         items = [item for _, item in queue.list()]
@@ -206,7 +209,7 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
         print(f"rejected {args.name}")
         return 0
     library = _staged_library(app, item.library, item.project_root)
-    result = library.apply(item.doc(), CLI)
+    result = library.apply(item.doc(), cli_origin())
     queue.remove(file)
     outcome = getattr(result, "kind", "unchanged")
     app.state.add_event(
@@ -218,6 +221,8 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
 
 def _staged_library(app: App, name: str, project_root: str | None) -> Any:
     """The library a staged proposal was meant for (a project's, when it names one)."""
+    from skilld.routing import project_library
+
     user_name = name.partition("@")[0] if name else None
     user = app.select(user_name if user_name in app.libraries else None)
     if project_root is None:

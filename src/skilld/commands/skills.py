@@ -8,27 +8,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skilld.app import App
-from skilld.commands.common import CLI, print_json_line
-from skilld.config import parse_duration
+from skilld.commands.common import Parser, cli_origin, print_json_line
+from skilld.config import Config, parse_duration
 from skilld.errors import Failure, UsageError
-from skilld.skills.document import SkillDoc
-from skilld.skills.library import SKILL_FILE, Library
-from skilld.skills.usage import latest_activity_at
-from skilld.state import utc_now_iso
+
+if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` needs none
+    from skilld.app import App
+    from skilld.skills.library import Library
 
 # -- skills ----------------------------------------------------------------------------------
 
 
 def library_rows(library: Library) -> list[dict[str, Any]]:
     """One row per skill of `library` (live or archived), with its usage."""
+    from skilld.skills.layout import SKILL_FILE
+    from skilld.skills.usage import latest_activity_at
+
     usage = library.usage.read()
-    entries = [(e.name, e.owner, str(e.path), e.error) for e in library.discover()]
+    entries = [(e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)]
     provenance = library.state.all_provenance(library.name)
     live = {name for name, *_ in entries}
     for name, path in library.archived().items():
@@ -94,6 +97,8 @@ def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
 def effect(app: App, library: Library, name: str) -> dict[str, Any]:
     """What the library knows of a skill's effect: uses, the sessions that used it, and each
     version with the reason given for it."""
+    from skilld.skills.usage import latest_activity_at
+
     record = library.usage.get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
@@ -170,6 +175,8 @@ def effect_lines(
 
 
 def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
+    from skilld.skills.document import SkillDoc
+
     if args.content_file is not None:
         try:
             content = Path(args.content_file).read_text(encoding="utf-8")
@@ -181,7 +188,7 @@ def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
     doc = SkillDoc(
         name=args.name, description=args.description, when_to_use=args.when, body=content
     )
-    result = library.apply(doc, CLI, force=args.force)
+    result = library.apply(doc, cli_origin(), force=args.force)
     outcome = result.kind if hasattr(result, "kind") else "unchanged"
     print(f"{outcome} {result.name} {result.path}")
     return 0
@@ -189,7 +196,7 @@ def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
 
 def cmd_skills_delete(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    deleted = library.delete(args.name, CLI, force=args.force)
+    deleted = library.delete(args.name, cli_origin(), force=args.force)
     print(f"deleted {args.name} {deleted.path}")
     if deleted.kept:
         kept = ", ".join(deleted.kept)
@@ -199,21 +206,21 @@ def cmd_skills_delete(app: App, args: argparse.Namespace) -> int:
 
 def cmd_skills_pin(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    library.set_pinned(args.name, args.command == "pin", CLI)
+    library.set_pinned(args.name, args.command == "pin", cli_origin())
     print(f"{args.command}ned {args.name}")
     return 0
 
 
 def cmd_skills_archive(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    target = library.archive(args.name, CLI, reason="by hand", force=args.force)
+    target = library.archive(args.name, cli_origin(), reason="by hand", force=args.force)
     print(f"archived {args.name} {target}")
     return 0
 
 
 def cmd_skills_restore(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    path = library.restore(args.name, CLI)
+    path = library.restore(args.name, cli_origin())
     print(f"restored {args.name} {path}")
     return 0
 
@@ -234,7 +241,7 @@ def cmd_skills_history(app: App, args: argparse.Namespace) -> int:
 
 def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    result = library.rollback(args.name, CLI, version=args.version, force=args.force)
+    result = library.rollback(args.name, cli_origin(), version=args.version, force=args.force)
     print(f"rolled back {result.name} {result.path}")
     return 0
 
@@ -242,10 +249,58 @@ def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
 # -- usage -----------------------------------------------------------------------------------
 
 
-def cmd_usage(app: App, args: argparse.Namespace) -> int:
-    library = app.select(args.library, skill=args.name)
-    library.check_name(args.name)
-    library.usage.bump(args.name, args.kind)
+def cmd_usage(config: Config, args: argparse.Namespace) -> int:
+    """One bump, for an agent's hook: it runs on every matching tool call, so it loads the
+    routing and the sidecar only (no state.db, no library). The library is `--library`, else
+    `$SKILLD_LIBRARY`, else the one whose dir holds the skill (the project's of the working
+    directory included), else the only one."""
+    from skilld.routing import (
+        choose_library,
+        project_library,
+        project_root_of,
+        requested_library,
+        resolve,
+    )
+    from skilld.skills.layout import find_skill_file
+    from skilld.skills.names import InvalidName, validate_name
+    from skilld.skills.usage import UsageStore
+
+    routing = resolve(config)
+    specs = {spec.name: spec for spec in routing.libraries.values()}
+    root = project_root_of(os.getcwd())
+    for spec in routing.libraries.values():
+        if spec.project_dir and (root / spec.project_dir).is_dir():
+            project = project_library(spec, root)
+            specs[project.name] = project
+    requested = requested_library(args.library)
+    holding = [
+        name
+        for name, spec in specs.items()
+        if requested is None and find_skill_file(spec.dir, args.name, recursive=spec.recursive)
+    ]
+    chosen = specs[
+        choose_library(
+            list(specs),
+            configured=len(routing.libraries),
+            requested=requested,
+            holding=holding,
+            skill=args.name,
+        )
+    ]
+    try:
+        validate_name(args.name, dialect=chosen.dialect)
+    except InvalidName as exc:
+        raise Failure(str(exc)) from None
+
+    def report_corrupt(copy: Path, reason: str) -> None:
+        # Rare: only then is state.db opened, to leave the event a person will look for.
+        from skilld.app import report_corrupt_usage
+        from skilld.state import StateDB
+
+        with StateDB(config.state.dir / "state.db") as state:
+            report_corrupt_usage(state, chosen.name, copy, reason)
+
+    UsageStore(chosen.dir, on_corrupt=report_corrupt).bump(args.name, args.kind)
     return 0
 
 
@@ -253,6 +308,8 @@ def cmd_usage(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_events(app: App, args: argparse.Namespace) -> int:
+    from skilld.state import utc_now_iso
+
     since = None
     if args.since:
         try:
@@ -293,8 +350,6 @@ def _library_option(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: Any) -> None:
-    from skilld.commands.common import Parser
-
     skills = commands.add_parser("skills", help="list, show and change skills")
     skill_commands = skills.add_subparsers(dest="command", required=True, parser_class=Parser)
     listing = skill_commands.add_parser("list", help="every skill with owner, state and usage")
@@ -340,7 +395,7 @@ def register(commands: Any) -> None:
     usage.add_argument("kind", choices=("use", "view", "patch"))
     usage.add_argument("name")
     _library_option(usage)
-    usage.set_defaults(handler=cmd_usage)
+    usage.set_defaults(handler=cmd_usage, needs_app=False)
 
     events = commands.add_parser("events", help="the event log, oldest first")
     events.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -35,15 +35,9 @@ import anyio
 
 from skilld.app import App
 from skilld.config import backfill_cutoff
+from skilld.evolve.backlog import PROMPT_CHARS_KEY, ready_windows, summary_of
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
-from skilld.evolve.gates import (
-    Deferred,
-    GateSettings,
-    decide,
-    held_after_append,
-    held_after_consume,
-    summarise,
-)
+from skilld.evolve.gates import Deferred, GateSettings, held_after_append, held_after_consume
 from skilld.evolve.judge import (
     Failed,
     Invalid,
@@ -66,11 +60,9 @@ from skilld.evolve.prompt import (
 from skilld.evolve.report import MAX_REPORTED_SOURCE_ERRORS, Spend, TickReport, WindowRecord
 from skilld.evolve.review import ReviewQueue
 from skilld.evolve.window import (
-    decode_message,
     delimit,
     encode_message,
     render_window,
-    split_window,
 )
 from skilld.evolve.wiring import SourceBinding
 from skilld.llm import LLMClient, LLMError
@@ -79,7 +71,7 @@ from skilld.redact import redact
 from skilld.routing import project_root_of
 from skilld.skills.document import SkillDoc, same_text
 from skilld.skills.library import Library, Origin, Refused, Unchanged, WriteFailed, Written
-from skilld.state import Held, KeptProposal, SessionState, StateDB
+from skilld.state import Held, KeptProposal, SessionState
 from skilld.transcripts.model import Message
 from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.signals import SkillSignal, skill_signals
@@ -136,6 +128,8 @@ class Evolver:
         self._circuit_reported = False
         #: Windows this evolver may still send to the LLM (None: no limit; `replay --limit`).
         self.window_allowance: int | None = None
+        #: Characters of each library's last reflection prompt around its window (`status`).
+        self._prompt_chars: dict[str, int] = {}
         #: Cursors by source id, loaded once: this process holds the daemon lock, so state.db
         #: only changes through it, and an idle tick then touches no database row.
         self._cursors: dict[str, dict[str, dict[str, Any]]] = {}
@@ -163,6 +157,9 @@ class Evolver:
             state.set_meta("heartbeat", self.clock())
             state.set_meta("llm_health", self.llm.health())
             state.set_meta(SPEND_KEY, self.llm.spend_record())
+            if self._prompt_chars:
+                measured = state.get_meta(PROMPT_CHARS_KEY, {})
+                state.set_meta(PROMPT_CHARS_KEY, {**measured, **self._prompt_chars})
             total = state.get_meta("skipped_lines_total", 0) + report.skipped_lines
             state.set_meta("skipped_lines_total", total)
             # The last tick's errors, also when there are none: a fixed file stops being listed.
@@ -510,6 +507,8 @@ class Evolver:
             existing=existing,
             settings=settings,
         )
+        total = sum(len(message["content"]) for message in messages)
+        self._prompt_chars[job.library] = total - len(redaction.text)
         rules = Rules(user.dialect, user.max_content_chars, user.spec.name_prefix)
         schema = proposal_schema(with_scope=settings.with_scope)
         return await self._converse(
@@ -864,105 +863,3 @@ class Evolver:
             known=[current.name],
             merge=True,
         )
-
-
-def summary_of(state: StateDB, session: SessionState) -> Held:
-    """The session's summary; one carried over from an older state.db is computed from its
-    held messages (once: the caller saves it)."""
-    held = session.held
-    if held.conversational >= 0:
-        return held
-    messages = [decode_message(m) for m in state.held_messages(session.key, held.start, held.end)]
-    return summarise(held.start, messages, last_append_at=held.last_append_at)
-
-
-def ready_windows(
-    state: StateDB,
-    session: SessionState,
-    settings: GateSettings,
-    window_max_chars: int,
-    *,
-    now: float,
-) -> Deferred | list[list[Message]]:
-    """The windows a session's held messages make, split in order, or why it waits. Only a
-    session the gates let through is decoded."""
-    decision = decide(
-        summary_of(state, session),
-        last_reflect_at=session.last_reflect_at,
-        now=now,
-        settings=settings,
-    )
-    if isinstance(decision, Deferred):
-        return decision
-    rows = state.held_messages(session.key, session.held.start, decision.end)
-    return split_window([decode_message(m) for m in rows], window_max_chars)
-
-
-def backlog(app: App, bindings: list[SourceBinding]) -> dict[str, Any]:
-    """What was read but not yet reflected (for `status`): how far behind the daemon is.
-
-    `windows` are those the gates let through once the cooldown has passed, split as a tick
-    splits them; `estimated_tokens` is their input (prompt and window) at about four characters
-    a token. Sessions whose held content ends on an unfinished turn or has too few messages
-    are `sessions_waiting`: that content is not late, it waits for the agent. At the spend cap a
-    window costs at least one call, so `min_hours_at_spend_cap` is a lower bound.
-    """
-    config = app.config
-    state = app.state
-    settings = GateSettings(
-        min_messages=config.evolve.min_messages,
-        cooldown_seconds=0,
-        turn_timeout_seconds=config.evolve.turn_timeout_seconds,
-    )
-    by_id = {binding.id: binding for binding in bindings}
-    prompt_chars: dict[str, int] = {}
-    windows = window_chars = sessions_ready = sessions_waiting = 0
-    for key in state.sessions_with_pending():
-        session = state.session(key)
-        binding = by_id.get(session.source) if session is not None else None
-        if session is None or binding is None:
-            continue
-        session.last_reflect_at = None  # the cooldown is not lateness
-        ready = ready_windows(
-            state, session, settings, config.evolve.window_max_chars, now=time.time()
-        )
-        if isinstance(ready, Deferred):
-            sessions_waiting += 1
-            continue
-        if binding.library not in prompt_chars:
-            prompt_chars[binding.library] = _prompt_chars(app, app.libraries[binding.library])
-        sessions_ready += 1
-        windows += len(ready)
-        window_chars += sum(prompt_chars[binding.library] + len(render_window(w)) for w in ready)
-    stats = state.session_stats()
-    cap = config.llm.max_calls_per_hour
-    return {
-        "windows": windows,
-        "estimated_tokens": window_chars // 4,
-        "sessions_ready": sessions_ready,
-        "sessions_waiting": sessions_waiting,
-        "sessions_deferred": stats["deferred"],
-        "pending_messages": stats["pending_messages"],
-        "max_calls_per_hour": cap,
-        "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
-    }
-
-
-def _prompt_chars(app: App, library: Library) -> int:
-    existing = [(e.name, e.doc.description) for e in library.discover() if e.doc is not None]
-    settings = PromptSettings(
-        dialect=library.dialect,
-        max_content_chars=library.max_content_chars,
-        name_prefix=library.spec.name_prefix,
-        with_scope=app.config.evolve.scope == "auto" and bool(library.spec.project_dir),
-    )
-    messages = build_messages(
-        delimit(""),
-        session="",
-        source="",
-        first_message=0,
-        last_message=0,
-        existing=existing,
-        settings=settings,
-    )
-    return sum(len(message["content"]) for message in messages)

@@ -24,12 +24,13 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from skilld.errors import LibraryError, NotFound, Protected
 from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
@@ -39,26 +40,28 @@ from skilld.skills.document import (
     SkillDoc,
     SkillParseError,
     parse_skill,
+    quick_problem,
     render_skill,
     same_text,
     validate_skill,
 )
+from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
 from skilld.skills.names import InvalidName, is_safe_path_component, validate_name
 from skilld.skills.usage import UsageStore, new_record
-from skilld.state import StateDB
+
+if TYPE_CHECKING:
+    from skilld.state import StateDB
 
 Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
 
-SKILL_FILE = "SKILL.md"
-ARCHIVE_DIR = ".archive"
 BUNDLED_MANIFEST = ".bundled_manifest"
 HUB_LOCK = Path(".hub") / "lock.json"
 #: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
 USER_RANK = 400
 EXTRA_RANK = 100
-#: How deep a library read recursively (Hermes's category folders) looks for skills.
-MAX_CATEGORY_DEPTH = 3
+#: The suffix `archive` adds to a name already in the archive.
+_ARCHIVE_STAMP = re.compile(r"-\d{8}T\d{6}Z$")
 
 
 class _Child(Protocol):
@@ -238,8 +241,9 @@ class Library:
     def discover(self, *, include_extra: bool = True, parse: bool = True) -> list[SkillEntry]:
         """Every skill, one per name (lowest rank wins), sorted by name.
 
-        `parse=False` leaves `doc` unset: ownership needs only each file's hash, and parsing
-        the frontmatter is most of the cost of listing a large library.
+        `parse=False` leaves `doc` unset and checks each file without a YAML parser
+        (`quick_problem`): ownership needs only each file's hash, and parsing the frontmatter
+        is most of the cost of listing a large library.
         """
         return self._discover(include_extra=include_extra, parse=parse, only=None)
 
@@ -247,16 +251,16 @@ class Library:
         """The skills in this library's own root: what it may change and what its cap counts."""
         return self._discover(include_extra=False, parse=parse, only=None)
 
-    def entry(self, name: str) -> SkillEntry | None:
+    def entry(self, name: str, *, parse: bool = True) -> SkillEntry | None:
         """`name` in this library's own root. A skill of the same name in an extra dir shadows
         it for the agent, not for skilld: writes, the cap and the curator see this one."""
         if not is_safe_path_component(name):
             return None  # discovery never lists such a name either
         if self.spec.recursive:
-            return next((e for e in self.entries() if e.name == name), None)
+            return next((e for e in self.entries(parse=parse) if e.name == name), None)
         # Only `name`'s own paths are looked at, so that every change (write, archive, delete)
         # costs the same in a library of ten skills or of ten thousand.
-        found = self._discover(include_extra=False, parse=True, only=name)
+        found = self._discover(include_extra=False, parse=parse, only=name)
         return found[0] if found else None
 
     def get(self, name: str) -> SkillEntry | None:
@@ -418,7 +422,7 @@ class Library:
             return entry(error=f"unreadable: {exc.strerror or exc}")
         digest = sha256_bytes(data)
         if not parse:
-            return entry(digest)
+            return entry(digest, error=quick_problem(data, name))
         try:
             doc = parse_skill(data, dialect=self.dialect)
         except SkillParseError as exc:
@@ -813,7 +817,10 @@ class Library:
             return target
 
     def archived(self) -> dict[str, Path]:
-        """Archived skills by name -> their folder or file (newest archive wins a clash)."""
+        """Archived skills by name -> their folder or file (newest archive wins a clash).
+
+        The name is the one `archive` gave the entry: the skill's, with `-<UTC stamp>` when
+        an archive of that name was there already."""
         found: dict[str, tuple[float, Path]] = {}
         root = self.root / ARCHIVE_DIR
         if root.is_symlink():
@@ -824,11 +831,9 @@ class Library:
                     continue
                 path = Path(child.path)
                 skill_file = path / SKILL_FILE if child.is_dir() else path
-                if not skill_file.is_file():
-                    continue
-                try:
-                    name = parse_skill(skill_file.read_bytes(), dialect=self.dialect).name
-                except (SkillParseError, OSError):
+                stem = child.name if child.is_dir() else child.name.removesuffix(".md")
+                name = _ARCHIVE_STAMP.sub("", stem)
+                if not skill_file.is_file() or not is_safe_path_component(name):
                     continue
                 mtime = child.stat(follow_symlinks=False).st_mtime
                 if name not in found or found[name][0] < mtime:

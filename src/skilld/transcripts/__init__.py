@@ -1,6 +1,6 @@
 """Transcripts: where sessions come from and the plain values they are read into.
 
-The rest of skilld builds sources with `build_source` (or `default_sources`) and sees only
+The rest of skilld builds sources with `build_source` and sees only
 `Source.scan` results: `ScanResult`, `SessionRead`, `Message`, `ToolCall`, and the skill
 signals `skill_signals` derives from a read. Each source kind lives in its own module (`jsonl`,
 `claude_code`, `codex`, `hermes`, the `dsh` package), imported only when configured; modules
@@ -17,11 +17,10 @@ from skilld.transcripts.model import (
     ToolCall,
 )
 from skilld.transcripts.normalise import cut_text
-from skilld.transcripts.registry import SOURCE_KINDS, build_source, default_path, default_sources
+from skilld.transcripts.registry import build_source
 from skilld.transcripts.signals import SkillSignal, skill_signals
 
 __all__ = [
-    "SOURCE_KINDS",
     "Cursor",
     "Message",
     "Role",
@@ -32,7 +31,5 @@ __all__ = [
     "ToolCall",
     "build_source",
     "cut_text",
-    "default_path",
-    "default_sources",
     "skill_signals",
 ]
