@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from skilld.errors import ConfigError
 
-Origin = Literal["default", "file", "env"]
+ValueOrigin = Literal["default", "file", "env"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -244,7 +244,7 @@ class Config:
     #: Where the file came from (None: built-in defaults only).
     path: Path | None = None
     #: "section.key" -> where its value came from.
-    origins: Mapping[str, Origin] = field(default_factory=dict)
+    origins: Mapping[str, ValueOrigin] = field(default_factory=dict)
 
 
 SECTIONS: dict[str, type] = {
@@ -303,7 +303,7 @@ def build_config(
 ) -> Config:
     environ = {} if environ is None else environ
     base = path.parent.resolve() if path is not None else Path.cwd()
-    origins: dict[str, Origin] = {}
+    origins: dict[str, ValueOrigin] = {}
     known = {*SECTIONS, *ARRAYS}
     for name in raw:
         if name not in known:
@@ -357,7 +357,7 @@ def _build_section(
     env: Mapping[str, str],
     *,
     base: Path,
-    origins: dict[str, Origin],
+    origins: dict[str, ValueOrigin],
 ) -> Any:
     if not isinstance(table, Mapping):
         raise ConfigError("must be a table", section)

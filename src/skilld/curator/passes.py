@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from skilld.app import App
-from skilld.curator.lifecycle import Candidate, Thresholds, Transition, plan_pass
+from skilld.curator.lifecycle import LiveSkill, Thresholds, Transition, plan_pass
 from skilld.routing import DEFAULT_LIBRARY
 from skilld.skills.document import SkillParseError, parse_skill
 from skilld.skills.library import (
@@ -115,7 +115,7 @@ def run_lifecycle(
 
     records = library.usage.read()
     candidates = [
-        Candidate(e.name, e.owner, record, created_at(e.name, record))
+        LiveSkill(e.name, e.owner, record, created_at(e.name, record))
         for e in entries
         for record in (records.get(e.name),)
     ]

@@ -70,7 +70,15 @@ from skilld.log import get_logger
 from skilld.redact import redact
 from skilld.routing import project_root_of
 from skilld.skills.document import SkillDoc, same_text
-from skilld.skills.library import Library, Origin, Refused, Unchanged, WriteFailed, Written
+from skilld.skills.library import (
+    Library,
+    Origin,
+    Refused,
+    SkillEntry,
+    Unchanged,
+    WriteFailed,
+    Written,
+)
 from skilld.state import Held, KeptProposal, SessionState
 from skilld.transcripts.model import Message
 from skilld.transcripts.normalise import cut_text
@@ -128,6 +136,9 @@ class Evolver:
         self._circuit_reported = False
         #: Windows this evolver may still send to the LLM (None: no limit; `replay --limit`).
         self.window_allowance: int | None = None
+        #: Each library's skills as this tick found them, listed once per tick (the prompt's
+        #: existing skills, the near-duplicate guard); a write of this evolver refreshes it.
+        self._listings: dict[str, list[SkillEntry]] = {}
         #: Characters of each library's last reflection prompt around its window (`status`).
         self._prompt_chars: dict[str, int] = {}
         #: Cursors by source id, loaded once: this process holds the daemon lock, so state.db
@@ -138,6 +149,7 @@ class Evolver:
 
     async def tick(self) -> TickReport:
         report = TickReport(started_at=self.clock())
+        self._listings.clear()
         for binding in self.sources:
             await self._ingest(binding, report)
         outage = await self._settle_kept(report)
@@ -253,6 +265,11 @@ class Evolver:
         if signals:
             self._count_signals(library, signals)
 
+    def _listing(self, library: Library) -> list[SkillEntry]:
+        if library.name not in self._listings:
+            self._listings[library.name] = library.discover()
+        return self._listings[library.name]
+
     def _skills_dirs(self, user: Library, cwd: str | None) -> dict[Path, Library]:
         """Every skills dir a session may read a skill from: each library's, and its project's."""
         dirs = {library.root: library for library in self.app.libraries.values()}
@@ -268,7 +285,7 @@ class Evolver:
         Names no library holds are not skills."""
         bumps: dict[str, tuple[Library, list[tuple[str, str]]]] = {}
         uses: dict[str, Counter[tuple[str, str]]] = {}
-        names = {entry.name for entry in user.entries(parse=False)}
+        names = {entry.name for entry in self._listing(user) if entry.root == user.root}
         for signal, session, cwd in signals:
             target: Library | None = None
             if signal.skills_dir is not None:
@@ -494,7 +511,7 @@ class Evolver:
         existing = [
             (entry.name, entry.doc.description)
             for library in shown
-            for entry in library.discover()
+            for entry in self._listing(library)
             if entry.doc is not None
         ]
         settings = self._prompt_settings(user)
@@ -746,7 +763,11 @@ class Evolver:
         near: dict[str, Any] | None = body.get("near")
         existing = library.entry(doc.name)
         if existing is None and not body["merged"]:
-            others = [e.doc for e in library.entries() if e.doc is not None and e.name != doc.name]
+            others = [
+                e.doc
+                for e in self._listing(library)
+                if e.root == library.root and e.doc is not None and e.name != doc.name
+            ]
             near = near_duplicate(doc, others, self.config.evolve.similarity_threshold)
             if near is not None:
                 doc = redirect(doc, near)
@@ -797,6 +818,8 @@ class Evolver:
             kept = replace(kept, body=body)
 
         outcome = library.write(doc, origin)
+        if isinstance(outcome, Written):
+            self._listings.pop(library.name, None)
         detail = {**window, **(near or {})}
         if body.get("merged"):
             detail["merged"] = True
