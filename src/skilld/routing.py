@@ -1,4 +1,4 @@
-"""Where skills land (DESIGN.md §9): the libraries, and which library each source feeds.
+"""Where skills land (docs/design.md): the libraries, and which library each source feeds.
 
 A library is one skills dir with its dialect, layout, cap, name prefix, ownership, history and
 usage sidecar. Resolution is a pure function of the configuration and the agents found on this

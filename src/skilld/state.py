@@ -24,7 +24,7 @@ from skilld.log import get_logger
 
 SCHEMA_VERSION = 2
 
-#: Event kinds (DESIGN.md §5.5 plus the library's own operations).
+#: Event kinds (docs/design.md plus the library's own operations).
 EVENT_KINDS = frozenset(
     {
         # evolution outcomes

@@ -1,4 +1,5 @@
-"""Optional LLM consolidation (DESIGN.md §7): merge overlapping skills, archive useless ones.
+"""Optional LLM consolidation (docs/design.md): merge overlapping skills, archive useless
+ones.
 
 The model sees the managed skills (one line of usage per skill, its description, and its body
 cut to a budget) and answers under a strict JSON contract:

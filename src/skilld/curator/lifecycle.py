@@ -1,4 +1,4 @@
-"""The curator's lifecycle decisions (DESIGN.md §7), as pure functions over plain values.
+"""The curator's lifecycle decisions (docs/design.md), as pure functions over plain values.
 
 A managed, unpinned skill ages from its anchor: the newest real activity (`latest_activity_at`
 of its usage record), else the record's `created_at`, else the `created_at` of its provenance.

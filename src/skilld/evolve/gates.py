@@ -1,4 +1,4 @@
-"""Per-session gates (DESIGN.md §5.2): pure decisions over plain values.
+"""Per-session gates (docs/design.md): pure decisions over plain values.
 
 A session's unreflected messages are held in state.db, one row each; the gates decide from a
 summary of them (`Held`) so that a tick never decodes a session that is not ready, and an

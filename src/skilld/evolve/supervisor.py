@@ -1,4 +1,4 @@
-"""One tick of the evolution loop (DESIGN.md §5): ingest, gate, reflect, settle.
+"""One tick of the evolution loop (docs/design.md): ingest, gate, reflect, settle.
 
 I/O lives here, at the edge; every decision it acts on comes from a pure function (gates,
 contract, judging, similarity, safety). The order of things is fixed so that nothing is lost

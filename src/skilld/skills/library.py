@@ -1,6 +1,6 @@
 """A skill library: discovery, ownership, and every change to a skill file.
 
-This module owns the ownership invariant (DESIGN.md §3): skilld changes a file only if skilld
+This module owns the ownership invariant (docs/design.md): skilld changes a file only if skilld
 wrote it and nobody changed it since, and never a pinned one. It owns the library's cap too:
 `write` refuses a new managed skill beyond `max_managed`.
 
