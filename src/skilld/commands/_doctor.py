@@ -91,7 +91,9 @@ def check_libraries(config: Config) -> list[Check]:
     if not routing.libraries:
         return [Check("library", "warn", "no library: no agent found and none configured")]
     checks = []
-    fed = {route.library: route.source.kind for route in routing.routes}
+    fed: dict[str, list[str]] = {}  # library -> the kinds of every source feeding it
+    for route in routing.routes:
+        fed.setdefault(route.library, []).append(route.source.kind)
     for name, spec in routing.libraries.items():
         root = spec.dir
         label = f"{name} {root} ({spec.dialect})"
@@ -102,17 +104,17 @@ def check_libraries(config: Config) -> list[Check]:
         checks.append(Check("library", "ok", f"{label}: writable, flock works"))
         if corrupt := _usage_problem(root / ".usage.json"):
             checks.append(Check("library", "warn", corrupt))
-        kind = fed.get(name)
-        expected = AGENTS[kind].dialect if kind in AGENTS else None
-        if expected is not None and spec.dialect != expected:
-            checks.append(
-                Check(
-                    "library",
-                    "warn",
-                    f"{name}: fed by {kind}, whose agent reads the {expected} dialect, but the "
-                    f"library writes {spec.dialect}",
+        for kind in dict.fromkeys(fed.get(name, ())):
+            expected = AGENTS[kind].dialect if kind in AGENTS else None
+            if expected is not None and spec.dialect != expected:
+                checks.append(
+                    Check(
+                        "library",
+                        "warn",
+                        f"{name}: fed by {kind}, whose agent reads the {expected} dialect, but "
+                        f"the library writes {spec.dialect}",
+                    )
                 )
-            )
         for extra in spec.extra_dirs:
             if extra.is_dir() and os.access(extra, os.R_OK | os.X_OK):
                 checks.append(Check("library", "ok", f"{extra}: readable (extra_dirs)"))
