@@ -27,6 +27,7 @@ from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
 from skilld.log import configure_logging, get_logger
 from skilld.notify import Notifier
+from skilld.routing import resolve
 from skilld.state import DaemonLock
 
 #: Hook the curator registers: (app, llm, now) -> None, run inside the loop when due.
@@ -72,6 +73,9 @@ class Daemon:
         self._stopping_announced = False
 
     async def run(self, *, once: bool = False) -> DaemonResult:
+        # Libraries that do not resolve are bad usage: said here, plainly, not from inside the
+        # task group below (which would wrap the ConfigError into a traceback).
+        resolve(self.config)
         lock = DaemonLock(self.config.state.dir)
         lock.acquire()  # StateError names the holder; the CLI turns it into exit 2
         try:
