@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -271,7 +272,14 @@ def _parse_metadata(value: object) -> Mapping[str, str]:
 
 
 def _metadata_text(key: str, value: object) -> str:
-    """Coerce a YAML scalar to the text a person would have meant by it."""
+    """Coerce a YAML scalar to the text a person would have meant by it.
+
+    Other agents nest maps and lists under a key of their own (Hermes writes
+    `metadata: {hermes: {tags: [...]}}` in its skills). Such a value is kept as its JSON text,
+    so the skill is read (listed, shown to the model, compared for near-duplicates) instead of
+    being broken; skilld never writes it back, since it changes no file it did not write."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, default=str)
     if isinstance(value, str):
         return value
     if value is None:
