@@ -181,6 +181,17 @@ _V2 = """
 _MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
+def _statements(script: str) -> Iterator[str]:
+    """A migration script's statements one by one: `executescript` would commit the
+    transaction they must run in."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+
+
 def utc_now_iso(now: float | None = None) -> str:
     moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     return moment.isoformat(timespec="seconds")
@@ -301,19 +312,27 @@ class StateDB:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if self._schema_version() == SCHEMA_VERSION:
+            return
+        # Several processes may open a new (or older) file at once (the daemon, an agent's
+        # hooks, an MCP server): the version is read again under the write lock, so that only
+        # the first migrates. One transaction: a crash mid-migration leaves the old version.
+        with self.transaction():
+            version = self._schema_version()
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _statements(_MIGRATIONS[target - 1]):
+                    self.conn.execute(statement)
+                self.conn.execute(f"PRAGMA user_version = {target}")
         if version > SCHEMA_VERSION:
             self.conn.close()
             raise StateError(
                 f"{self.path} has schema version {version}, newer than this skilld "
                 f"understands ({SCHEMA_VERSION}); upgrade skilld"
             )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            # One script, one transaction: a crash mid-migration leaves the old version.
-            script = _MIGRATIONS[target - 1]
-            self.conn.executescript(
-                f"BEGIN IMMEDIATE; {script} PRAGMA user_version = {target}; COMMIT;"
-            )
+
+    def _schema_version(self) -> int:
+        version: int = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        return version
 
     def close(self) -> None:
         self.conn.close()
