@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -775,3 +776,37 @@ def test_a_claude_skill_over_the_listing_budget_is_repaired_once_then_invalid(
     [invalid] = machine.events("invalid")
     assert invalid["library"] == "claude" and "Claude Code lists at most 1536" in invalid["reason"]
     assert machine.events("created") == [] and skill_files(machine.home) == []
+
+
+def test_a_reload_into_libraries_that_share_a_dir_keeps_the_running_ones(
+    machine: Machine,
+) -> None:
+    codex_rollout(machine.home, CODEX_ID, machine.root / "work", "the web")
+    first = machine.root / "first"
+    one = f'[[libraries]]\nname = "one"\ndir = "{first}"\n'
+    route = '[[sources]]\nkind = "codex"\nlibrary = "one"\n'
+    machine.write_config(one + route)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "skilld", "run"],
+        env=machine.env(SKILLD_LOG_LEVEL="info", SKILLD_EVOLVE_INTERVAL_SECONDS="1"),
+        cwd=machine.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert daemon.stderr is not None
+    try:
+        logged = [daemon.stderr.readline()]  # its first line: the signal handlers are in place
+        machine.write_config(one + f'[[libraries]]\nname = "two"\ndir = "{first}"\n' + route)
+        daemon.send_signal(signal.SIGHUP)
+        while "reload_failed" not in logged[-1] and logged[-1]:
+            logged.append(daemon.stderr.readline())
+        assert "share the dir" in logged[-1], "".join(logged)
+        assert daemon.poll() is None  # still running, on the libraries it had
+        daemon.send_signal(signal.SIGTERM)
+        rest = daemon.stderr.read()
+        assert daemon.wait(timeout=60) == 0 and "Traceback" not in rest, rest
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()

@@ -149,6 +149,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             config = self.reload_config()
+            resolve(config)  # libraries that do not resolve are refused like bad TOML
         except ConfigError as exc:
             self.log.error("reload_failed", error=str(exc), kept="previous configuration")
             return
