@@ -810,3 +810,37 @@ def test_a_reload_into_libraries_that_share_a_dir_keeps_the_running_ones(
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+
+
+def test_declaring_one_library_leaves_the_other_agents_in_their_own(tmp_path: Path) -> None:
+    from skilld.config import build_config
+    from skilld.routing import resolve
+
+    claude = tmp_path / "claude-projects"
+    codex = tmp_path / "codex-sessions"
+    config = build_config(
+        {
+            "libraries": [{"name": "claude", "max_managed": 7}],
+            "sources": [
+                {"kind": "claude-code", "path": str(claude)},
+                {"kind": "codex", "path": str(codex)},
+            ],
+        },
+        environ={},
+    )
+    routing = resolve(config, detected_sources=tuple)
+    assert {route.source.kind: route.library for route in routing.routes} == {
+        "claude-code": "claude",
+        "codex": "codex",
+    }
+    assert routing.libraries["claude"].max_managed == 7
+    assert routing.libraries["codex"].dialect == "agentskills"
+    # A library declared in an agent's own dir is that agent's library, whatever its name.
+    mine = build_config(
+        {
+            "libraries": [{"name": "mine", "dir": str(routing.libraries["codex"].dir)}],
+            "sources": [{"kind": "codex", "path": str(codex)}],
+        },
+        environ={},
+    )
+    assert [route.library for route in resolve(mine, detected_sources=tuple).routes] == ["mine"]

@@ -202,7 +202,7 @@ def resolve(
             path = source.path or default_path(source.kind)
         except ValueError as exc:
             raise ConfigError(str(exc), f"sources[{index}].path") from None
-        name = _route(source, libraries, declared=bool(declared), legacy=explicit_dir, key=key)
+        name = _route(source, libraries, legacy=explicit_dir, key=key)
         if name not in libraries:
             libraries[name] = _agent_library(AGENTS[_AGENT_BY_LIBRARY[name]], config)
         routes.append(Route(replace(source, path=path), name))
@@ -276,19 +276,24 @@ def _route(
     source: SourceConfig,
     libraries: Mapping[str, LibrarySpec],
     *,
-    declared: bool,
     legacy: bool,
     key: str,
 ) -> str:
     agent = AGENTS.get(source.kind)
     if source.library:
-        if source.library in libraries or (not declared and source.library in _AGENT_BY_LIBRARY):
+        if source.library in libraries or source.library in _AGENT_BY_LIBRARY:
             return source.library
-        known = ", ".join(sorted(libraries)) or "none"
+        known = ", ".join(sorted({*libraries, *_AGENT_BY_LIBRARY}))
         raise ConfigError(f"no library named {source.library!r} (known: {known})", key)
     if legacy:
         return DEFAULT_LIBRARY
-    if agent is not None and (agent.library in libraries or not declared):
+    if agent is not None:
+        # Each agent learns into the library it loads: a declared library in that dir, else
+        # its own (declared or not); declaring another library changes nothing for it.
+        home = Path(os.path.abspath(agent.dir()))
+        for name, spec in libraries.items():
+            if Path(os.path.abspath(spec.dir)) == home:
+                return name
         return agent.library
     if len(libraries) == 1:
         return next(iter(libraries))

@@ -282,9 +282,24 @@ def check_state(config: Config) -> Check:
     else:
         age = time.time() - float(heartbeat)
         interval = float(daemon.get("interval") or config.evolve.interval_seconds)
-        running = "running" if age <= 3 * interval else "not running"
-        alive = f"last daemon heartbeat {age:.0f}s ago ({running})"
+        # `skilld once` beats the heart too: only a live `skilld run` process is a daemon.
+        fresh = age <= 3 * interval and _alive(daemon.get("pid"))
+        alive = (
+            f"last heartbeat {age:.0f}s ago ({'daemon running' if fresh else 'no daemon running'})"
+        )
     return Check("state", "ok", f"{directory / 'state.db'} opens; {alive}")
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
 
 
 def _probe_writable(directory: Path) -> str | None:
