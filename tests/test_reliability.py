@@ -139,14 +139,10 @@ def test_every_pending_window_is_reflected_after_an_outage_of_any_kind(
     once(workspace)
 
     assert len(fake_llm.requests) == before + 1
-    assert "the outage" in window_text(fake_llm.requests[-1])
+    assert window_text(fake_llm.requests[-1]).startswith(
+        "Session jsonl:waiting (jsonl), messages 0–7:"
+    )
     assert skill_md(workspace, "survive-the-outage").is_file()
-    events = workspace.events()
-    assert not [e for e in events if (e.get("detail") or {}).get("gave_up")]
-    created = [e for e in events if e["kind"] == "created"]
-    assert [(e["skill"], e["detail"]["messages"]) for e in created] == [
-        ("survive-the-outage", [0, 7])
-    ]
 
 
 NOBODY = 65534
