@@ -178,7 +178,9 @@ def run_lifecycle(
                 },
             )
         app.state.set_meta(disabled_key, sorted(disabled))
-    report.transitions = [*archived, *marked]
+    done = {id(transition) for transition in [*archived, *marked]}
+    # In the plan's order, so a person's run prints what its dry run printed.
+    report.transitions = [t for t in plan.transitions if id(t) in done]
     return report
 
 
