@@ -319,7 +319,7 @@ def build_config(
             cls, name, table, env_values.get(name, {}), base=base, origins=origins
         )
 
-    arrays: dict[str, tuple[Any, ...]] = {}
+    arrays: dict[str, Any] = {}
     for name, cls in ARRAYS.items():
         tables = raw.get(name, [])
         if not isinstance(tables, list):
@@ -369,6 +369,7 @@ def _build_section(
     values: dict[str, Any] = {}
     for name, spec in fields.items():
         dotted = f"{section}.{name}"
+        origin: ValueOrigin
         if name in env:
             value, origin = _from_env(env[name], hints[name], dotted), "env"
         elif name in table:

@@ -496,13 +496,13 @@ class LLMClient:
                         self._format_confirmed = False
                     level = fallback
                     continue
-            error = error_for_status(response.status_code, server_message)
-            if not error.retryable:
-                raise error
+            failure = error_for_status(response.status_code, server_message)
+            if not failure.retryable:
+                raise failure
             if retries_used >= self.settings.max_retries:
-                raise self._exhausted(error, attempts)
+                raise self._exhausted(failure, attempts)
             retry_after = parse_retry_after(response.headers, time.time())
-            await self._wait_before_retry(retries_used, retry_after, error)
+            await self._wait_before_retry(retries_used, retry_after, failure)
             retries_used += 1
 
     async def _send(self, body: dict[str, Any]) -> httpx.Response:

@@ -418,7 +418,8 @@ class StateDB:
         after_id: int = 0,
     ) -> list[Event]:
         """Newest last. `limit` keeps the newest `limit` matching events."""
-        clauses, params = ["id > ?"], [after_id]
+        clauses: list[str] = ["id > ?"]
+        params: list[Any] = [after_id]
         if kinds:
             clauses.append(f"kind IN ({','.join('?' * len(kinds))})")
             params.extend(kinds)
@@ -688,9 +689,9 @@ class StateDB:
         return int(cursor.lastrowid or 0)
 
     def kept_proposals(self, library: str | None = None) -> list[KeptProposal]:
-        sql, params = "SELECT * FROM proposals", ()
+        sql, params = "SELECT * FROM proposals", []
         if library is not None:
-            sql, params = sql + " WHERE library = ?", (library,)
+            sql, params = sql + " WHERE library = ?", [library]
         rows = self.conn.execute(sql + " ORDER BY id", params).fetchall()
         return [_proposal(row) for row in rows]
 

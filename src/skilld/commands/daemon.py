@@ -86,7 +86,7 @@ def status_report(app: App) -> dict[str, Any]:
         "skills_managed": sum(row["managed"] for row in libraries),
         "max_managed": sum(row["max_managed"] for row in libraries),
         "proposals_waiting": sum(row["proposals_waiting"] for row in libraries),
-        "pending_review": len(ReviewQueue(app.config.state.dir / "pending").list()),
+        "pending_review": len(ReviewQueue(app.config.state.dir / "pending").staged()),
         "llm": state.get_meta("llm_health"),
         "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
         "source_errors": state.get_meta("source_errors", []),
@@ -183,7 +183,7 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
 
     queue = ReviewQueue(app.config.state.dir / "pending")
     if args.command == "list":
-        items = [item for _, item in queue.list()]
+        items = [item for _, item in queue.staged()]
         if args.json:
             print_json_line([asdict(item) for item in items])
         for item in items if not args.json else ():

@@ -31,12 +31,14 @@ def library_rows(library: Library) -> list[dict[str, Any]]:
     from skilld.skills.usage import latest_activity_at
 
     usage = library.usage.read()
-    entries = [(e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)]
+    entries: list[tuple[str, str, str, str | None]] = [
+        (e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)
+    ]
     provenance = library.state.all_provenance(library.name)
     live = {name for name, *_ in entries}
-    for name, path in library.archived().items():
+    for name, archived in library.archived().items():
         if name not in live:
-            file = path / SKILL_FILE if path.is_dir() else path
+            file = archived / SKILL_FILE if archived.is_dir() else archived
             owner = "managed" if name in provenance else "human"
             entries.append((name, owner, str(file), None))
     archive = str(library.root / ".archive")

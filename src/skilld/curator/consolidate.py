@@ -25,7 +25,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 from skilld.app import App
 from skilld.curator.passes import CURATOR
@@ -304,7 +304,7 @@ def _movable(name: str, skills: Mapping[str, SkillFacts]) -> str | None:
     return None
 
 
-def _text(value: object) -> bool:
+def _text(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value.strip())
 
 

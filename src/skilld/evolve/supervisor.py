@@ -723,13 +723,13 @@ class Evolver:
         window = {"messages": [kept.first_message, kept.last_message]}
 
         def finish(
-            outcome_kind: str, commit: Callable[[], None]
+            outcome_kind: str, commit: Callable[[], None], path: str | None = None
         ) -> tuple[str, str | None, str | None]:
             with state.transaction():
                 commit()
                 state.drop_proposal(kept.id)
             report.outcomes[outcome_kind] += 1
-            return outcome_kind, library.name, None
+            return outcome_kind, library.name, path
 
         held = hold_reason(doc, review_mode=self.config.evolve.publish == "review")
         if project_root is not None and not self._project_allowed(project_root, library.root):
@@ -757,8 +757,7 @@ class Evolver:
                     detail={**window, "path": str(path), "target": target, **body.get("near", {})},
                 )
 
-            outcome = finish("staged", staged)
-            return outcome[0], outcome[1], str(path)
+            return finish("staged", staged, str(path))
 
         near: dict[str, Any] | None = body.get("near")
         existing = library.entry(doc.name)
@@ -824,11 +823,12 @@ class Evolver:
         if body.get("merged"):
             detail["merged"] = True
         if isinstance(outcome, Written | Unchanged):
-            kind = outcome.kind if isinstance(outcome, Written) else "unchanged"
-            result = finish(
-                kind, lambda: library.commit(outcome, origin, reason=body["reason"], detail=detail)
+            written = outcome
+            return finish(
+                written.kind,
+                lambda: library.commit(written, origin, reason=body["reason"], detail=detail),
+                str(written.path),
             )
-            return result[0], result[1], str(outcome.path)
         if isinstance(outcome, Refused) and outcome.kind == "cap":
             if kept.status != "cap":
                 with state.transaction():
