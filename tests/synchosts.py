@@ -62,7 +62,11 @@ class Host:
         self.name = name
         self.skills = base / name / "skills"
         self.repo = TeamRepo(
-            self.skills, str(remote), host=name, network_timeout=network_timeout, retry_pause=0
+            self.skills,
+            str(remote),
+            host=name,
+            network_timeout=network_timeout,
+            retry_pause_limit=0,
         )
 
     def write_skill(self, skill: str, body: str, *, event: str = "created") -> ChangeOutcome:

@@ -300,7 +300,12 @@ def test_host_local_files_are_never_committed_even_when_gitignore_is_emptied(
     files = remote_files(remote)
     assert "by-hand/SKILL.md" in files
     assert not files & set(local)
-    assert remote_subjects(remote)[-1] == "changed by hand on alpha"
+    # The emptied .gitignore went in with the hand edit; skilld then put its block back.
+    assert remote_subjects(remote)[-2:] == [
+        "changed by hand on alpha",
+        "skilld keeps host-local files out of git",
+    ]
+    assert ".usage.journal\n" in plain_git("show", "main:.gitignore", cwd=remote).stdout
     assert all((alpha.skills / name).read_text() == "host-local\n" for name in local)
 
 
@@ -453,3 +458,25 @@ def test_bad_settings_are_refused_with_the_reason(
 ) -> None:
     with pytest.raises(ValueError, match=complaint):
         TeamRepo(tmp_path / "skills", remote_url, host=host, branch=branch)
+
+
+def test_a_remote_a_person_started_keeps_its_files_and_gains_skillds_gitignore_block(
+    tmp_path: Path, remote: Path
+) -> None:
+    starter = tmp_path / "starter"
+    plain_git("init", "--quiet", "--initial-branch=main", str(starter), cwd=tmp_path)
+    (starter / "README.md").write_text("Our team's skills.\n")
+    (starter / ".gitignore").write_text("*.log\n")
+    plain_git("add", "-A", cwd=starter)
+    plain_git("commit", "--quiet", "-m", "start", cwd=starter)
+    plain_git("push", "--quiet", str(remote), "main", cwd=starter)
+    alpha = Host(tmp_path, "alpha", remote)
+
+    assert alpha.repo.setup().problems == ()
+    report = alpha.repo.sync()
+
+    assert report.ok
+    ignore = plain_git("show", "main:.gitignore", cwd=remote).stdout
+    assert ignore.startswith("*.log\n") and ".usage.json\n" in ignore
+    assert (alpha.skills / "README.md").read_text() == "Our team's skills.\n"
+    assert plain_git("status", "--porcelain", cwd=alpha.skills).stdout == ""

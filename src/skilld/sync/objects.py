@@ -8,7 +8,6 @@ index, and the branch moves only once, at the end, to a finished result.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import secrets
 from collections.abc import Iterable, Iterator, Mapping
@@ -42,8 +41,17 @@ class Change:
 
 
 def read_commit(git: Git, sha: str) -> CommitInfo:
-    raw = git.run("cat-file", "commit", sha).text
-    header, _, message = raw.partition("\n\n")
+    return parse_commit(sha, git.run("cat-file", "commit", sha).stdout)
+
+
+def read_commits(git: Git, shas: Iterable[str]) -> dict[str, CommitInfo]:
+    """Many commits in one git call."""
+    found = read_objects(git, shas, kind="commit")
+    return {sha: parse_commit(sha, raw) for sha, raw in found.items()}
+
+
+def parse_commit(sha: str, raw: bytes) -> CommitInfo:
+    header, _, message = raw.decode("utf-8", "replace").partition("\n\n")
     parents: list[str] = []
     author = ("", "", "0 +0000")
     committed_at = 0
@@ -57,25 +65,30 @@ def read_commit(git: Git, sha: str) -> CommitInfo:
     return CommitInfo(sha, tuple(parents), *author, committed_at, message)
 
 
-def empty_tree(git: Git) -> str:
-    return git.run("hash-object", "-t", "tree", os.devnull).line
-
-
-def diff_tree(git: Git, parent: str, commit: str) -> list[Change]:
-    """What `commit` changed against `parent` (a commit or a tree), file by file, no renames."""
-    raw = git.run("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", parent, commit)
-    fields = raw.stdout.split(b"\0")
-    changes = []
-    for header, path in zip(fields[0:-1:2], fields[1::2], strict=True):
-        old_mode, new_mode, old_id, new_id, _status = header.decode().lstrip(":").split(" ")
-        changes.append(
-            Change(
-                path.decode("utf-8", "surrogateescape"),
-                None if set(old_id) == {"0"} else (old_mode, old_id),
-                None if set(new_id) == {"0"} else (new_mode, new_id),
-            )
-        )
+def diff_trees(git: Git, commits: Iterable[tuple[str, str | None]]) -> dict[str, list[Change]]:
+    """What each commit changed against the given parent (None: against nothing), file by
+    file, no renames; all in one git call."""
+    lines = "".join(
+        f"{commit} {parent}\n" if parent else f"{commit}\n" for commit, parent in commits
+    )
+    raw = git.run(
+        "diff-tree", "--stdin", "--root", "-r", "-z", "--no-renames", input=lines.encode()
+    )
+    changes: dict[str, list[Change]] = {}
+    tokens = iter(raw.stdout.split(b"\0"))
+    current: list[Change] = []
+    for token in tokens:
+        if token.startswith(b":"):
+            old_mode, new_mode, old_id, new_id, _status = token.decode()[1:].split(" ")
+            path = next(tokens).decode("utf-8", "surrogateescape")
+            current.append(Change(path, _entry(old_mode, old_id), _entry(new_mode, new_id)))
+        elif token:
+            current = changes.setdefault(token.decode(), [])
     return changes
+
+
+def _entry(mode: str, object_id: str) -> Entry | None:
+    return None if set(object_id) == {"0"} else (mode, object_id)
 
 
 def list_tree(git: Git, treeish: str) -> dict[str, Entry]:
@@ -90,25 +103,25 @@ def list_tree(git: Git, treeish: str) -> dict[str, Entry]:
     return entries
 
 
-def read_blobs(git: Git, object_ids: Iterable[str]) -> dict[str, bytes]:
-    """The content of each blob, by id; ids that name no blob are left out."""
-    wanted = sorted(set(object_ids))
+def read_objects(git: Git, object_names: Iterable[str], kind: str = "blob") -> dict[str, bytes]:
+    """The content of each object of `kind`, by the name asked for (an id, or
+    `<commit>:<path>`); names that resolve to nothing (or to another kind) are left out."""
+    wanted = sorted(set(object_names))
     if not wanted:
         return {}
     out = git.run("cat-file", "--batch", input="".join(f"{i}\n" for i in wanted).encode()).stdout
-    blobs: dict[str, bytes] = {}
+    found: dict[str, bytes] = {}
     position = 0
-    for object_id in wanted:
+    for name in wanted:
         end = out.index(b"\n", position)
         header = out[position:end].decode().split(" ")
         position = end + 1
-        if len(header) == 3 and header[1] == "blob":
+        if len(header) == 3:  # "<id> <type> <size>"; else "<name> missing"
             size = int(header[2])
-            blobs[object_id] = out[position : position + size]
+            if header[1] == kind:
+                found[name] = out[position : position + size]
             position += size + 1
-        elif len(header) == 3:
-            position += int(header[2]) + 1
-    return blobs
+    return found
 
 
 def write_blob(git: Git, data: bytes) -> str:

@@ -20,7 +20,7 @@ touched here, so a crash or a failure leaves nothing half-done; the caller moves
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,11 +39,11 @@ from skilld.sync.objects import (
     CommitInfo,
     Entry,
     commit_tree,
-    diff_tree,
-    empty_tree,
+    diff_trees,
     list_tree,
-    read_blobs,
     read_commit,
+    read_commits,
+    read_objects,
     scratch_index,
     tree_of,
     write_blob,
@@ -87,38 +87,39 @@ class _Decision:
 def replay(
     git: Git, git_dir: Path, *, onto: str, commits: Sequence[str], host: str
 ) -> ReplayResult:
-    """Replay `commits` (oldest first) onto the commit `onto`; returns the new tip."""
+    """Replay `commits` (oldest first, each the first parent of the next) onto `onto`."""
     result = ReplayResult(tip=onto)
     if not commits:
         return result
+    infos = read_commits(git, commits)
+    diffs = diff_trees(git, [(sha, next(iter(infos[sha].parents), None)) for sha in commits])
     entries = list_tree(git, onto)
     tip_tree = tree_of(git, onto)
-    blank = empty_tree(git)
+    blobs = _Blobs(git)
+    manifests = _local_manifest_ids(infos[commits[0]], commits, diffs)
+    blobs.prefetch([*(i for pair in manifests for i in pair), _id(entries.get(MANIFEST_PATH))])
     with scratch_index(git, git_dir) as index:
         index.load(onto)
-        for sha in commits:
-            info = read_commit(git, sha)
-            changes = diff_tree(git, info.parents[0] if info.parents else blank, sha)
+        for sha, (base_manifest, local_manifest) in zip(commits, manifests, strict=True):
+            info = infos[sha]
             updates: dict[str, Entry | None] = {}
             contested: list[Change] = []
-            manifest_change: Change | None = None
-            for change in changes:
+            manifest_changed = False
+            for change in diffs.get(sha, []):
                 current = entries.get(change.path)
                 if change.path == MANIFEST_PATH:
-                    manifest_change = change
+                    manifest_changed = True
                 elif current == change.old:
                     updates[change.path] = change.new
                 elif current != change.new:
                     contested.append(change)
-            step = (
-                _Step(git, info, entries, manifest_change, contested, host=host)
-                if contested or manifest_change is not None
-                else None
-            )
-            if step is not None:
+            step = None
+            if contested or manifest_changed:
+                manifest_ids = (base_manifest, local_manifest)
+                step = _Step(git, blobs, info, entries, manifest_ids, contested, host=host)
                 updates.update({change.path: change.new for change in contested})
-                if manifest_change is not None:
-                    updates[MANIFEST_PATH] = step.entry_for(step.local_first_manifest)
+                if manifest_changed:
+                    updates[MANIFEST_PATH] = blobs.write_manifest(step.local_first_manifest)
             index.apply(updates)
             tree = index.write_tree()
             if tree == tip_tree:
@@ -139,6 +140,55 @@ def replay(
     return result
 
 
+def _local_manifest_ids(
+    first: CommitInfo, commits: Sequence[str], diffs: Mapping[str, list[Change]]
+) -> list[tuple[str | None, str | None]]:
+    """For each commit, the manifest (an object name) before and after it."""
+    current = f"{first.parents[0]}:{MANIFEST_PATH}" if first.parents else None
+    pairs = []
+    for sha in commits:
+        before = current
+        for change in diffs.get(sha, []):
+            if change.path == MANIFEST_PATH:
+                current = _id(change.new)
+        pairs.append((before, current))
+    return pairs
+
+
+class _Blobs:
+    """Objects read once per replay, with the manifests the replay writes kept as written."""
+
+    def __init__(self, git: Git) -> None:
+        self._git = git
+        self._data: dict[str, bytes] = {}
+        self._manifests: dict[str | None, Manifest] = {None: Manifest()}
+
+    def prefetch(self, names: Iterable[str | None]) -> None:
+        missing = {n for n in names if n is not None and n not in self._data}
+        self._data.update(read_objects(self._git, missing))
+
+    def get(self, name: str | None) -> bytes | None:
+        return self._data.get(name) if name is not None else None
+
+    def manifest(self, name: str | None) -> Manifest:
+        """A manifest by object name; one that does not parse counts as empty (every skill
+        human), as does a missing one."""
+        if name not in self._manifests:
+            try:
+                data = self.get(name)
+                self._manifests[name] = parse_manifest(data) if data is not None else Manifest()
+            except ManifestError:
+                self._manifests[name] = Manifest()
+        return self._manifests[name]
+
+    def write_manifest(self, manifest: Manifest) -> Entry:
+        data = render_manifest(manifest)
+        object_id = write_blob(self._git, data)
+        self._data[object_id] = data
+        self._manifests[object_id] = manifest
+        return ("100644", object_id)
+
+
 def _apply(entries: dict[str, Entry], updates: dict[str, Entry | None]) -> None:
     for path, entry in updates.items():
         if entry is None:
@@ -153,41 +203,29 @@ class _Step:
     def __init__(
         self,
         git: Git,
+        blobs: _Blobs,
         info: CommitInfo,
         remote_entries: dict[str, Entry],
-        manifest_change: Change | None,
+        manifest_ids: tuple[str | None, str | None],
         contested: list[Change],
         *,
         host: str,
     ) -> None:
         self._git = git
-        self._info = info
+        self._blobs = blobs
         self._host = host
         self._remote_entries = dict(remote_entries)
         joining = trailers(info.message).get("Event") == JOINED
-        remote_manifest_entry = remote_entries.get(MANIFEST_PATH)
-        local_manifest_id = (
-            (manifest_change.new[1] if manifest_change.new else None)
-            if manifest_change is not None
-            else f"{info.sha}:{MANIFEST_PATH}"
-        )
-        base_manifest_id = (
-            (manifest_change.old[1] if manifest_change.old else None)
-            if manifest_change is not None
-            else local_manifest_id
-        )
-        remote_manifest_id = remote_manifest_entry[1] if remote_manifest_entry else None
-        ids = [i for i in (local_manifest_id, base_manifest_id, remote_manifest_id) if i]
-        ids += [e[1] for c in contested for e in (c.new, remote_entries.get(c.path)) if e]
-        blobs = read_blobs(git, ids)
-        self.local_manifest = _manifest(blobs, local_manifest_id)
-        self.remote_manifest = _manifest(blobs, remote_manifest_id)
-        base_manifest = _manifest(blobs, base_manifest_id)
+        remote_manifest_id = _id(remote_entries.get(MANIFEST_PATH))
+        blobs.prefetch([_id(e) for c in contested for e in (c.new, remote_entries.get(c.path))])
+        base_manifest = blobs.manifest(manifest_ids[0])
+        self.local_manifest = blobs.manifest(manifest_ids[1])
+        self.remote_manifest = blobs.manifest(remote_manifest_id)
+        self._manifest_changed = manifest_ids[0] != manifest_ids[1]
         self.decisions = [
-            self._decide(change, blobs, remote_entries.get(change.path), joining=joining)
+            self._decide(change, remote_entries.get(change.path), joining=joining)
             for change in contested
         ]
-        local_wins = {d.skill for d in self.decisions if d.winner == "local" and d.skill}
         everything = self.local_manifest.skills.keys() | self.remote_manifest.skills.keys()
         self.local_first_manifest, both_changed = merge_manifests(
             base_manifest, self.local_manifest, self.remote_manifest, ours_wins=everything
@@ -198,20 +236,16 @@ class _Step:
             {d.skill for d in self.decisions if d.winner == "remote" and d.skill}
             | set(self.manifest_only)
         )
-        self._local_wins = local_wins
-        self._manifest_changed = manifest_change is not None
 
-    def _decide(
-        self, change: Change, blobs: dict[str, bytes], remote: Entry | None, *, joining: bool
-    ) -> _Decision:
+    def _decide(self, change: Change, remote: Entry | None, *, joining: bool) -> _Decision:
         path = change.path
         skill = (
             self.local_manifest.name_at(path)
             or self.remote_manifest.name_at(path)
             or skill_name_of_path(path)
         )
-        local_digest = _digest(blobs, change.new)
-        remote_digest = _digest(blobs, remote)
+        local_digest = _digest(self._blobs.get(_id(change.new)))
+        remote_digest = _digest(self._blobs.get(_id(remote)))
         local = Candidate(
             local_digest,
             is_managed(skill, path, local_digest, self.local_manifest, self.remote_manifest),
@@ -222,9 +256,6 @@ class _Step:
         )
         winner, rule = decide(local, remote_side, joining=joining)
         return _Decision(change, skill, winner, rule, local_digest, remote_digest)
-
-    def entry_for(self, manifest: Manifest) -> Entry:
-        return ("100644", write_blob(self._git, render_manifest(manifest)))
 
     def restorations(self) -> dict[str, Entry | None]:
         """What the conflict commit puts back: the remote's version of every path it won."""
@@ -238,7 +269,7 @@ class _Step:
                 {name: self.remote_manifest.get(name) for name in self._reverted}
             )
             if settled != self.local_first_manifest:
-                restore[MANIFEST_PATH] = self.entry_for(settled)
+                restore[MANIFEST_PATH] = self._blobs.write_manifest(settled)
         return restore
 
     def conflict_message(self) -> str:
@@ -302,20 +333,11 @@ def _conflict(
     )
 
 
-def _manifest(blobs: dict[str, bytes], object_id: str | None) -> Manifest:
-    """A side's manifest; one that does not parse counts as empty (every skill human)."""
-    if object_id is None or object_id not in blobs:
-        return Manifest()
-    try:
-        return parse_manifest(blobs[object_id])
-    except ManifestError:
-        return Manifest()
+def _id(entry: Entry | None) -> str | None:
+    return entry[1] if entry is not None else None
 
 
-def _digest(blobs: dict[str, bytes], entry: Entry | None) -> str | None:
-    if entry is None:
-        return None
-    data = blobs.get(entry[1])
+def _digest(data: bytes | None) -> str | None:
     return hashlib.sha256(data).hexdigest() if data is not None else None
 
 

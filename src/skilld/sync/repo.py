@@ -60,7 +60,7 @@ from skilld.sync.manifest import (
 )
 from skilld.sync.messages import GITIGNORE as GITIGNORE_EVENT
 from skilld.sync.messages import HAND_EDIT, JOINED, RECOVERED, USAGE, change_message
-from skilld.sync.objects import is_ancestor, read_blobs
+from skilld.sync.objects import is_ancestor, read_objects
 from skilld.sync.remote import (
     RemoteRewritten,
     check_branch,
@@ -159,6 +159,7 @@ class TeamRepo:
         network_timeout: float = 120.0,
         max_push_attempts: int = 5,
         retry_pause: float = 0.25,
+        retry_pause_limit: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
@@ -167,6 +168,7 @@ class TeamRepo:
         self.branch = check_branch(branch)
         self.max_push_attempts = max_push_attempts
         self.retry_pause = retry_pause
+        self.retry_pause_limit = retry_pause_limit
         self.git = Git(root, self.host, timeout=timeout, network_timeout=network_timeout)
         self._clock = clock
         self._thread_lock = threading.RLock()
@@ -338,7 +340,7 @@ class TeamRepo:
             "--literal-pathspecs", "log", "--format=%H %ct %s", "HEAD", "--", relpath
         ).text
         commits = [line.split(" ", 2) for line in reversed(log.splitlines()) if line]
-        blobs = read_blobs(self.git, [f"{sha}:{relpath}" for sha, *_ in commits])
+        blobs = read_objects(self.git, [f"{sha}:{relpath}" for sha, *_ in commits])
         versions = []
         for sha, seconds, *subject in commits:
             data = blobs.get(f"{sha}:{relpath}")
@@ -350,7 +352,7 @@ class TeamRepo:
 
     def read_version(self, commit: str, relpath: str) -> bytes:
         """The bytes of `relpath` in `commit`; KeyError when that commit has no such file."""
-        data = read_blobs(self.git, [f"{commit}:{relpath}"]).get(f"{commit}:{relpath}")
+        data = read_objects(self.git, [f"{commit}:{relpath}"]).get(f"{commit}:{relpath}")
         if data is None:
             raise KeyError(f"{relpath} is not in commit {commit}")
         return data
@@ -387,12 +389,16 @@ class TeamRepo:
             return self._report(progress, error=exc.reason)
 
     def _rounds(self, progress: _Round) -> SyncReport:
+        window = 0.0
         while progress.attempts < self.max_push_attempts:
             if progress.attempts:
-                # Hosts that collided would collide again in lockstep: wait a random,
-                # growing while (up to 0.25, 0.5, 1, 2 s by default) before fetching again.
-                time.sleep(random.uniform(0, self.retry_pause * 2 ** (progress.attempts - 1)))
+                # Randomised exponential backoff, scaled to how long an attempt takes (the
+                # window in which another host's push beats ours): hosts that collided would
+                # otherwise collide again in lockstep.
+                scale = max(self.retry_pause, window) * 2 ** (progress.attempts - 1)
+                time.sleep(random.uniform(0, min(scale, self.retry_pause_limit)))
             progress.attempts += 1
+            attempt_started = time.monotonic()
             fetched = fetch_branch(self.git, self.branch)
             with self.lock():
                 progress.committed += self._commit_leftovers()
@@ -401,11 +407,16 @@ class TeamRepo:
                     head = self._integrate(head, fetched.tip, fetched.previous, progress)
                     if fetched.tip != fetched.previous:
                         self.git.run("update-ref", tracking_ref(self.branch), fetched.tip)
+                # The remote's .gitignore may have come in without skilld's block (a join).
+                if commit := self._maintain_gitignore():
+                    progress.committed.append(commit)
+                    head = commit
             if head is None or head == fetched.tip:
                 return self._report(progress)
             if push_branch(self.git, head, self.branch):
                 progress.pushed += self._count(head, excluding=fetched.tip)
                 return self._report(progress)
+            window = time.monotonic() - attempt_started
         attempts = progress.attempts
         return self._report(
             progress, error=f"the remote kept moving: the push was rejected {attempts} times"
@@ -590,7 +601,9 @@ class TeamRepo:
         ]
 
     def _manifest_at(self, commit: str) -> Manifest:
-        data = read_blobs(self.git, [f"{commit}:{MANIFEST_PATH}"]).get(f"{commit}:{MANIFEST_PATH}")
+        data = read_objects(self.git, [f"{commit}:{MANIFEST_PATH}"]).get(
+            f"{commit}:{MANIFEST_PATH}"
+        )
         if data is None:
             return Manifest()
         try:
