@@ -246,3 +246,17 @@ def wait_until(condition: Callable[[], bool], *, limit: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition never came true"
         time.sleep(0.02)
+
+
+def test_a_library_dir_that_cannot_be_written_fails_the_round_with_the_reason(
+    tmp_path: Path, remote: Path
+) -> None:
+    blocked = tmp_path / "a-file-not-a-dir"
+    blocked.write_text("in the way\n")
+    repo = TeamRepo(blocked / "skills", str(remote), host="alpha")
+
+    report = repo.sync()
+
+    assert not report.ok
+    assert report.error == f"Not a directory: {blocked / 'skills'}"
+    assert blocked.read_text() == "in the way\n"

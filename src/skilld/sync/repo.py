@@ -191,8 +191,8 @@ class TeamRepo:
         entry is kept only when the file still has that hash). The next `sync()` replays that
         commit onto the remote's history: both sides' files are kept, and where both hold a
         path with different content the remote's version wins the path and the local one stays
-        in history. An existing work tree is checked (`problems`) and its `.gitignore` kept
-        current."""
+        in history. An existing work tree is checked (`problems`: then nothing is changed) and
+        its `.gitignore` kept current. Raises GitMissing, GitError or OSError."""
         find_git()
         action: Literal["initialised", "ready"] = "ready"
         if not self.is_set_up:
@@ -387,6 +387,8 @@ class TeamRepo:
             return self._report(progress, problems=(unrelated_history(self.root, self.branch),))
         except GitError as exc:
             return self._report(progress, error=exc.reason)
+        except OSError as exc:  # the work tree itself: a full disk, a permission
+            return self._report(progress, error=f"{exc.strerror or exc}: {exc.filename}")
 
     def _rounds(self, progress: _Round) -> SyncReport:
         window = 0.0
