@@ -367,7 +367,9 @@ def test_history_of_a_skill_lists_every_version_oldest_first(hosts: list[Host]) 
     alpha = hosts[0]
     for n in range(3):
         alpha.write_skill("evolving", f"Version {n}.", event="updated" if n else "created")
-    versions = alpha.repo.file_versions("evolving/SKILL.md")
+    relpath = alpha.repo.relpath(alpha.skills / "evolving" / "SKILL.md")
+    assert relpath == "evolving/SKILL.md"
+    versions = alpha.repo.file_versions(relpath)
     assert [v.subject for v in versions] == [
         "created evolving",
         "updated evolving",
