@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from skilld.config import Config
-from skilld.errors import UsageError
+from skilld.errors import ConfigError, UsageError
 from skilld.routing import (
     PROJECT_MARK,
     LibrarySpec,
@@ -107,10 +107,22 @@ def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
     def on_corrupt(copy: Path, reason: str) -> None:
         report_corrupt_usage(state, spec.name, copy, reason)
 
+    team = None
+    if spec.remote:
+        from skilld.sync import TeamRepo
+        from skilld.team import host_id
+
+        try:
+            team = TeamRepo(
+                spec.dir, spec.remote, host=host_id(config.sync.host), branch=spec.branch
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc), f"libraries.{spec.name}.remote") from None
     return Library(
         spec,
         state,
         UsageStore(spec.dir, on_corrupt=on_corrupt),
+        team=team,
         history_dir=config.state.dir / "history" / f"{PROJECT_MARK}{spec.storage_key}",
         locks_dir=config.state.dir / "locks",
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from skilld import __version__
-from skilld.commands import curate, daemon, mcp, ops, replay, skills
+from skilld.commands import curate, daemon, mcp, ops, replay, skills, sync
 from skilld.commands.common import Parser
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, SkilldError
@@ -21,7 +21,7 @@ from skilld.log import configure_logging
 if TYPE_CHECKING:
     from skilld.app import App
 
-COMMAND_MODULES = (daemon, skills, ops, replay, curate, mcp)
+COMMAND_MODULES = (daemon, skills, ops, replay, curate, mcp, sync)
 
 Handler = Callable[["App", argparse.Namespace], int]
 

@@ -29,6 +29,7 @@ from skilld.log import configure_logging, get_logger
 from skilld.notify import Notifier
 from skilld.routing import resolve
 from skilld.state import DaemonLock
+from skilld.team import record_round, set_up, sync_round, team_libraries
 
 #: Hook the curator registers: (app, llm, now) -> None, run inside the loop when due.
 CuratorPass = Callable[[App, LLMClient], Any]
@@ -94,12 +95,15 @@ class Daemon:
                 await signal_group.start(self._watch_signals)
             while True:
                 with open_app(self.config, prepare=True) as app:
+                    self._set_up_teams(app)
                     spent = app.state.get_meta(SPEND_KEY, [])
                     async with LLMClient(llm_settings(self.config), spent=spent) as llm:
                         evolver = Evolver(app, llm, bind_sources(self.config, app.routing))
                         async with anyio.create_task_group() as group:
                             if not once:
                                 group.start_soon(self._heartbeat, app)
+                                if team_libraries(app):
+                                    group.start_soon(self._sync_loop, app)
                                 if self.notifier.watchdog_interval:
                                     group.start_soon(self._watchdog)
                             self.notifier.ready("first tick scheduled")
@@ -118,6 +122,23 @@ class Daemon:
             signal_group.cancel_scope.cancel()
         self._announce_stopping()
         return DaemonResult(1 if once and failed else 0, ticks)
+
+    def _set_up_teams(self, app: App) -> None:
+        """Team libraries become work trees of their remotes (no network); what needs a person
+        is an error event with its repair command, and learning goes on locally."""
+        for library in team_libraries(app):
+            for problem in set_up(library):
+                self.log.error("sync_setup_problem", library=library.name, problem=problem)
+                app.state.add_event("error", library=library.name, source="sync", reason=problem)
+
+    async def _sync_loop(self, app: App) -> None:
+        """Every `sync.interval_seconds`, one round per team library; git runs in a thread so
+        a slow remote never holds up a tick."""
+        while True:
+            for library in team_libraries(app):
+                report = await anyio.to_thread.run_sync(sync_round, library)
+                record_round(library, app.state, report)
+            await anyio.sleep(self.config.sync.interval_seconds)
 
     async def _one_tick(self, evolver: Evolver, app: App, llm: LLMClient) -> bool:
         with anyio.CancelScope() as scope:

@@ -412,10 +412,49 @@ def _masked_url(url: str) -> str:
     return redact(urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=masked_query))).text
 
 
+def check_team_libraries(config: Config) -> list[Check]:
+    """Team libraries: git is there, and each work tree can sync (or the command that repairs
+    it). A corrupt or diverged work tree is reported, never reset."""
+    try:
+        specs = [spec for spec in resolve(config).libraries.values() if spec.remote]
+    except ConfigError:
+        return []  # check_libraries reports it
+    if not specs:
+        return []
+    from skilld.sync import GitMissing, TeamRepo, git_version
+    from skilld.team import host_id
+
+    try:
+        version = git_version()
+    except GitMissing as exc:
+        return [Check("sync", "fail", f"{exc}; team libraries need the git command-line client")]
+    checks = [Check("sync", "ok", f"{version}; host id {host_id(config.sync.host)}")]
+    for spec in specs:
+        try:
+            team = TeamRepo(spec.dir, spec.remote or "", host=host_id(config.sync.host))
+            status = team.status()
+        except (ValueError, OSError) as exc:
+            checks.append(Check("sync", "fail", f"{spec.name}: {exc}"))
+            continue
+        if not status.set_up:
+            checks.append(
+                Check("sync", "ok", f"{spec.name}: joins {team.remote} at its first sync")
+            )
+        for problem in status.problems:
+            checks.append(
+                Check("sync", "fail", f"{spec.name}: {problem.message}; repair: {problem.repair}")
+            )
+        if status.set_up and not status.problems:
+            ahead = f", {status.ahead} commits to push" if status.ahead else ""
+            checks.append(Check("sync", "ok", f"{spec.name}: work tree of {team.remote}{ahead}"))
+    return checks
+
+
 def run_doctor(config: Config, *, llm_timeout: float, check_llm: bool) -> list[Check]:
     checks = [check_config(config)]
     checks += check_sources(config)
     checks += check_libraries(config)
+    checks += check_team_libraries(config)
     checks.append(check_state(config))
     checks.append(check_api_key(config))
     if check_llm:

@@ -66,6 +66,7 @@ def library_status(app: App) -> list[dict[str, Any]]:
 def status_report(app: App) -> dict[str, Any]:
     from skilld.evolve.backlog import backlog
     from skilld.evolve.review import ReviewQueue
+    from skilld.team import sync_status
 
     state = app.state
     now = time.time()
@@ -87,6 +88,7 @@ def status_report(app: App) -> dict[str, Any]:
         "max_managed": sum(row["max_managed"] for row in libraries),
         "proposals_waiting": sum(row["proposals_waiting"] for row in libraries),
         "pending_review": len(ReviewQueue(app.config.state.dir / "pending").staged()),
+        "sync": sync_status(app),
         "llm": state.get_meta("llm_health"),
         "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
         "source_errors": state.get_meta("source_errors", []),
@@ -165,6 +167,14 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
             )
         if not report["libraries"]:
             print("library        none (no agent found and none configured)")
+        for team in report["sync"]:
+            problems = f"; needs repair: {team['problems'][0]}" if team["problems"] else ""
+            error = f"; last error: {team['last_error']}" if team["last_error"] else ""
+            print(
+                f"sync           {team['library']} -> {team['remote']} ({team['branch']}):"
+                f" last success {team['last_success'] or 'never'},"
+                f" {team['ahead']} commits to push{error}{problems}"
+            )
         print(f"review         {report['pending_review']} awaiting approval")
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")

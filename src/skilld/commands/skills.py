@@ -30,7 +30,7 @@ def library_rows(library: Library) -> list[dict[str, Any]]:
     from skilld.skills.layout import SKILL_FILE
     from skilld.skills.usage import latest_activity_at
 
-    usage = library.usage.read()
+    usage = library.usage_records()
     entries: list[tuple[str, str, str, str | None]] = [
         (e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)
     ]
@@ -101,7 +101,7 @@ def effect(app: App, library: Library, name: str) -> dict[str, Any]:
     version with the reason given for it."""
     from skilld.skills.usage import latest_activity_at
 
-    record = library.usage.get(name) or {}
+    record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
     versions = [
@@ -232,12 +232,22 @@ def cmd_skills_history(app: App, args: argparse.Namespace) -> int:
     versions = library.history(args.name)
     if args.json:
         print_json_line(
-            [{"version": v.version, "saved_at": v.saved_at, "path": str(v.path)} for v in versions]
+            [
+                {
+                    "version": v.version,
+                    "saved_at": v.saved_at,
+                    "path": str(v.path) if v.path else None,
+                    "commit": v.commit,
+                    "subject": v.subject or None,
+                }
+                for v in versions
+            ]
         )
     elif not versions:
         print(f"{args.name} has no saved versions")
     for version in versions if not args.json else ():
-        print(f"{version.version}  {version.saved_at}  {version.path}")
+        where = version.path if version.path else f"git: {version.subject}"
+        print(f"{version.version}  {version.saved_at}  {where}")
     return 0
 
 

@@ -113,7 +113,7 @@ def run_lifecycle(
             return created[name]
         return None
 
-    records = library.usage.read()
+    records = library.usage_records()
     candidates = [
         LiveSkill(e.name, e.owner, record, created_at(e.name, record))
         for e in entries

@@ -51,6 +51,7 @@ from skilld.skills.usage import UsageStore, new_record
 
 if TYPE_CHECKING:
     from skilld.state import StateDB
+    from skilld.sync import Manifest, TeamRepo
 
 Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
@@ -176,9 +177,11 @@ WriteOutcome = Written | Unchanged | Refused | WriteFailed
 
 @dataclass(frozen=True, slots=True)
 class HistoryVersion:
-    version: str  # file stem: sortable UTC stamp and short hash
-    path: Path
+    version: str  # a saved file's stem (sortable UTC stamp and short hash), or a commit
     saved_at: str
+    path: Path | None = None  # a version saved on this host
+    commit: str | None = None  # a version in a team library's git history
+    subject: str = ""  # what the commit says changed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,7 @@ class Library:
         *,
         history_dir: Path,
         locks_dir: Path,
+        team: TeamRepo | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.spec = spec
@@ -219,6 +223,8 @@ class Library:
         self.max_managed = spec.max_managed
         self.max_content_chars = spec.max_content_chars
         self.history_keep = spec.history_keep
+        #: The git work tree of a team library (`remote` set): every change is one commit.
+        self.team = team
         self._lock_path = locks_dir / f"{spec.storage_key}.lock"
         self._lock_depth = 0
         self._lock_fd: int | None = None
@@ -271,12 +277,19 @@ class Library:
         found = self._discover(include_extra=True, parse=True, only=name)
         return found[0] if found else None
 
+    def usage_records(self) -> dict[str, dict[str, Any]]:
+        """The usage records to judge skills by: in a team library the team's sum (a teammate's
+        uses count, so no host archives a skill the team uses), else this host's."""
+        local = self.usage.read()
+        return self.team.team_usage(local) if self.team is not None else local
+
     def managed_names(self) -> list[str]:
         """Skills skilld wrote and nobody changed since, by hash (no frontmatter parsing)."""
         return [e.name for e in self.entries(parse=False) if e.owner == "managed"]
 
     def _discover(self, *, include_extra: bool, parse: bool, only: str | None) -> list[SkillEntry]:
         bundled, hub = self._bundled_names(), self._hub_names()
+        team = self._team_manifest()
         if only is None:
             provenance = self.state.all_provenance(self.name)
         else:
@@ -290,7 +303,9 @@ class Library:
                 return "hub"
             record = provenance.get(name)
             ours = record is not None and digest in (record.sha256, record.prev_sha256)
-            return "managed" if ours else "human"
+            # A team library: what any host's skilld last wrote is skilld's on every host.
+            shared = team is not None and team.owns(name, digest)
+            return "managed" if ours or shared else "human"
 
         found: dict[str, SkillEntry] = {}
         roots: list[tuple[Path, int, Callable[[str, str | None], Owner], int]] = [
@@ -430,6 +445,42 @@ class Library:
         if doc.name != name:
             return entry(digest, doc, f"frontmatter name {doc.name!r} != {name!r}")
         return entry(digest, doc)
+
+    def _team_manifest(self) -> Manifest | None:
+        if self.team is None:
+            return None
+        from skilld.sync import ManifestError
+
+        try:
+            return self.team.manifest()
+        except ManifestError as exc:  # a person broke it: nothing counts as skilld's by it
+            self._log.warning("team_manifest_unreadable", library=self.name, error=str(exc))
+            return None
+
+    @contextlib.contextmanager
+    def _recorded(
+        self,
+        event: str,
+        name: str,
+        origin: Origin,
+        paths: list[Path],
+        written: Path | None,
+        digest: str | None = None,
+    ) -> Iterator[None]:
+        """Around one change of the files of `name`: in a team library it is one commit naming
+        the event, the skill and the session, with the manifest entry of what skilld wrote
+        (`written` with `digest`, or no entry when the skill left the live library)."""
+        if self.team is None:
+            yield
+            return
+        from skilld.sync import ManifestEntry
+
+        team = self.team
+        entry = ManifestEntry(team.relpath(written), digest or "") if written else None
+        message = team.change_message(event, name, session=origin.session)
+        relpaths = [team.relpath(path) for path in paths]
+        with team.change(message, relpaths, manifest={name: entry}):
+            yield
 
     def _bundled_names(self) -> set[str]:
         try:
@@ -609,15 +660,16 @@ class Library:
             model=origin.model,
             prompt_version=origin.prompt_version,
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data)
+        kind: Literal["created", "updated"] = "created" if existing is None else "updated"
+        with self._recorded(kind, name, origin, [path], path, digest):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data)
         if existing is None:
             # Before the commit: a crash after it must not leave a created skill without its
             # usage record (a repeated attempt recovers the write and ensures it again).
             self._ensure_record(name)
         elif activity:
             self.usage.bump(name, "patch")
-        kind: Literal["created", "updated"] = "created" if existing is None else "updated"
         return Written(kind, name, path, digest, version)
 
     def _ensure_record(self, name: str) -> None:
@@ -726,17 +778,20 @@ class Library:
             self._require_changeable(entry, origin, force=force)
             self._save_history(entry.name, entry.path)
             kept: tuple[str, ...] = ()
-            entry.path.unlink()
-            if entry.layout == "dir":
-                folder = entry.path.parent
-                kept = tuple(
-                    sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
-                )
-                if not kept:
-                    with contextlib.suppress(OSError):
-                        for sub in sorted(folder.rglob("*"), reverse=True):
-                            sub.rmdir()
-                        folder.rmdir()
+            with self._recorded("deleted", entry.name, origin, [entry.path], None):
+                entry.path.unlink()
+                if entry.layout == "dir":
+                    folder = entry.path.parent
+                    kept = tuple(
+                        sorted(
+                            str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()
+                        )
+                    )
+                    if not kept:
+                        with contextlib.suppress(OSError):
+                            for sub in sorted(folder.rglob("*"), reverse=True):
+                                sub.rmdir()
+                            folder.rmdir()
             with self.state.transaction():
                 self.state.drop_provenance(self.name, entry.name)
                 self.state.add_event(
@@ -799,11 +854,15 @@ class Library:
                 target = archive_root / (
                     f"{entry.name}-{stamp}" if entry.layout == "dir" else f"{entry.name}-{stamp}.md"
                 )
-            os.replace(source, target)
+            new_path = target / SKILL_FILE if entry.layout == "dir" else target
+            archived_file = new_path if entry.owner == "managed" else None
+            with self._recorded(
+                "archived", entry.name, origin, [source, target], archived_file, entry.sha256
+            ):
+                os.replace(source, target)
             if mark_usage:
                 archived_at = datetime.fromtimestamp(self._clock(), UTC)
                 self.usage.set_state(entry.name, "archived", archived_at=archived_at)
-            new_path = target / SKILL_FILE if entry.layout == "dir" else target
             with self.state.transaction():
                 self.state.move_provenance(self.name, entry.name, str(new_path))
                 self.state.add_event(
@@ -851,8 +910,13 @@ class Library:
                     f"a skill named {name} exists already; delete or rename it first"
                 )
             target = self.root / name if source.is_dir() else self.root / f"{name}.md"
-            os.replace(source, target)
-            skill_file = target / SKILL_FILE if target.is_dir() else target
+            skill_file = target / SKILL_FILE if source.is_dir() else target
+            record = self.state.provenance(self.name, name)
+            ours = record.sha256 if record is not None else None
+            with self._recorded(
+                "restored", name, origin, [source, target], skill_file if ours else None, ours
+            ):
+                os.replace(source, target)
             self.usage.restore(name)
             with self.state.transaction():
                 # The hash recorded at archive time stays: a copy edited inside the archive
@@ -880,21 +944,47 @@ class Library:
         folder.mkdir(parents=True, exist_ok=True)
         stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%S%fZ")
         atomic_write(folder / f"{stamp}-{sha256_bytes(data)[:12]}.md", data)
-        for old in self.history(name)[: -self.history_keep]:
+        for old in self._saved_versions(name)[: -self.history_keep]:
+            assert old.path is not None
             old.path.unlink(missing_ok=True)
 
     def history(self, name: str) -> list[HistoryVersion]:
-        """Saved versions, oldest first."""
-        folder = self.history_dir / self.check_name(name)
+        """Saved versions, oldest first: those saved on this host, and in a team library every
+        version the git history holds (a conflict's losing side included)."""
+        versions = self._saved_versions(self.check_name(name))
+        if self.team is not None and self.team.is_set_up:
+            for relpath in self._team_paths(name):
+                versions += [
+                    HistoryVersion(v.commit, v.committed_at, commit=v.commit, subject=v.subject)
+                    for v in self.team.file_versions(relpath)
+                ]
+            versions.sort(key=lambda v: v.saved_at)
+        return versions
+
+    def _saved_versions(self, name: str) -> list[HistoryVersion]:
+        """The versions saved on this host, oldest first (bounded by `history_keep`)."""
         versions = []
         with contextlib.suppress(FileNotFoundError):
-            for child in sorted(os.scandir(folder), key=lambda e: e.name):
+            for child in sorted(os.scandir(self.history_dir / name), key=lambda e: e.name):
                 if child.name.endswith(".md") and not child.name.startswith("."):
                     stem = child.name[:-3]
                     saved = datetime.strptime(stem.split("-")[0], "%Y%m%dT%H%M%S%fZ")
                     saved_at = saved.replace(tzinfo=UTC).isoformat(timespec="seconds")
-                    versions.append(HistoryVersion(stem, Path(child.path), saved_at))
+                    versions.append(HistoryVersion(stem, saved_at, path=Path(child.path)))
         return versions
+
+    def _team_paths(self, name: str) -> list[str]:
+        """Where a skill's file has lived in a team library's tree (dir and flat layouts)."""
+        return [f"{name}/{SKILL_FILE}", f"{name}.md"]
+
+    def _version_bytes(self, version: HistoryVersion, name: str) -> bytes:
+        if version.path is not None:
+            return version.path.read_bytes()
+        assert self.team is not None and version.commit is not None
+        for relpath in self._team_paths(name):
+            with contextlib.suppress(KeyError):
+                return self.team.read_version(version.commit, relpath)
+        raise NotFound(f"{name} is not in commit {version.commit}")
 
     def rollback(
         self, name: str, origin: Origin, *, version: str | None = None, force: bool = False
@@ -924,7 +1014,7 @@ class Library:
                 self._save_history(name, entry.path)
             else:
                 path = self._new_path(name)
-            data = chosen.path.read_bytes()
+            data = self._version_bytes(chosen, name)
             digest = sha256_bytes(data)
             self.state.put_provenance(
                 self.name,
@@ -933,8 +1023,9 @@ class Library:
                 sha256=digest,
                 prev_sha256=entry.sha256 if entry else None,
             )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, data)
+            with self._recorded("rolled_back", name, origin, [path], path, digest):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, data)
             with self.state.transaction():
                 self.state.settle_provenance(self.name, name, digest)
                 self.state.add_event(

@@ -5,7 +5,7 @@
     <root>/.skilld/manifest.json            which skills skilld wrote, team-wide (manifest.py)
     <root>/.skilld/usage/<host>.json        each host's usage counters (usage.py)
     <root>/.gitignore                       skilld's block keeps the host-local files out:
-    .usage.json .usage.json.lock .usage.journal .usage.json.corrupt-* .usage.json.tmp-*
+    .usage.json .usage.json.lock .usage.journal .usage.json.corrupt-* .usage.json.tmp*
     and every temp file of an atomic write (`*.skilld-tmp-*`)
 
 The host-local patterns are also given to every `git add` skilld runs as exclusions, so a
@@ -18,7 +18,7 @@ import re
 from typing import Final
 
 from skilld.fsutil import TEMP_MARKER
-from skilld.skills.usage import CORRUPT_PREFIX, JOURNAL_FILE, LOCK_FILE, TEMP_PREFIX, USAGE_FILE
+from skilld.skills.usage import CORRUPT_PREFIX, LOCK_FILE, TEMP_FILE, USAGE_FILE
 
 META_DIR: Final = ".skilld"
 MANIFEST_PATH: Final = f"{META_DIR}/manifest.json"
@@ -26,12 +26,15 @@ USAGE_DIR: Final = f"{META_DIR}/usage"
 GITIGNORE: Final = ".gitignore"
 SKILL_FILE: Final = "SKILL.md"
 
+#: The bump journal of skilld 0.1 (`.usage.journal`) may still lie in an upgraded library.
+LEGACY_JOURNAL: Final = ".usage.journal"
+
 HOST_LOCAL_PATTERNS: Final[tuple[str, ...]] = (
     USAGE_FILE,
     LOCK_FILE,
-    JOURNAL_FILE,
+    LEGACY_JOURNAL,
     f"{CORRUPT_PREFIX}*",
-    f"{TEMP_PREFIX}*",
+    f"{TEMP_FILE}*",
     f"*{TEMP_MARKER}*",
 )
 #: Pathspecs that keep host-local files out of `git add -A`, whatever `.gitignore` says.

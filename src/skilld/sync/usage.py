@@ -20,18 +20,12 @@ host archives a skill a teammate uses.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from skilld.skills.usage import (
-    ACTIVITY_FIELDS,
-    COUNT_FIELDS,
-    Record,
-    copy_records,
-    count_of,
-    parse_timestamp,
-)
+from skilld.skills.usage import ACTIVITY_FIELDS, COUNT_FIELDS, Record, count_of, parse_timestamp
 
 Counters = dict[str, dict[str, Any]]
 
@@ -80,7 +74,7 @@ def sum_usage(
     A local record keeps all its keys (pin, state, created_by…); its counts become team
     totals and its `last_*_at` the team's newest. A skill only teammates have records of gets
     a record of just those counters and times."""
-    team = copy_records(local)
+    team = {name: copy.deepcopy(dict(record)) for name, record in local.items()}
     for published in others:
         for name, theirs in published.items():
             mine = team.setdefault(name, {})
