@@ -647,6 +647,28 @@ class Library:
             path = existing.path
             self._save_history(name, existing.path)
         data = render_skill(doc, self.dialect).encode("utf-8")
+        kind: Literal["created", "updated"] = "created" if existing is None else "updated"
+        digest = self._install(kind, name, path, data, existing, origin)
+        if existing is None:
+            # Before the commit: a crash after it must not leave a created skill without its
+            # usage record (a repeated attempt recovers the write and ensures it again).
+            self._ensure_record(name)
+        elif activity:
+            self.usage.bump(name, "patch")
+        return Written(kind, name, path, digest, version)
+
+    def _install(
+        self,
+        event: str,
+        name: str,
+        path: Path,
+        data: bytes,
+        existing: SkillEntry | None,
+        origin: Origin,
+    ) -> str:
+        """Put `data` at `path`: provenance first (the new hash and the one it replaces, so a
+        crash at any point leaves a file skilld recognises), then the atomic write, as one
+        commit in a team library. Returns the new hash."""
         digest = sha256_bytes(data)
         self.state.put_provenance(
             self.name,
@@ -660,17 +682,10 @@ class Library:
             model=origin.model,
             prompt_version=origin.prompt_version,
         )
-        kind: Literal["created", "updated"] = "created" if existing is None else "updated"
-        with self._recorded(kind, name, origin, [path], path, digest):
+        with self._recorded(event, name, origin, [path], path, digest):
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)
-        if existing is None:
-            # Before the commit: a crash after it must not leave a created skill without its
-            # usage record (a repeated attempt recovers the write and ensures it again).
-            self._ensure_record(name)
-        elif activity:
-            self.usage.bump(name, "patch")
-        return Written(kind, name, path, digest, version)
+        return digest
 
     def _ensure_record(self, name: str) -> None:
         """A created skill's usage record: curator-managed, and active even when the name was
@@ -1015,17 +1030,7 @@ class Library:
             else:
                 path = self._new_path(name)
             data = self._version_bytes(chosen, name)
-            digest = sha256_bytes(data)
-            self.state.put_provenance(
-                self.name,
-                name,
-                path=str(path),
-                sha256=digest,
-                prev_sha256=entry.sha256 if entry else None,
-            )
-            with self._recorded("rolled_back", name, origin, [path], path, digest):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(path, data)
+            digest = self._install("rolled_back", name, path, data, entry, origin)
             with self.state.transaction():
                 self.state.settle_provenance(self.name, name, digest)
                 self.state.add_event(
