@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -156,6 +157,19 @@ def programs(line: str) -> list[str]:
     return found
 
 
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A parser's subcommands by name (none for a leaf)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+@functools.cache
+def top_level_commands() -> frozenset[str]:
+    return frozenset(subcommands(build_parser()))
+
+
 def skilld_invocations(line: str) -> list[list[str]]:
     """The argument lists given to `skilld` on a shell line (a path ending in skilld counts,
     as in `ExecStart=`; `xargs … skilld …` gets its argument appended)."""
@@ -163,7 +177,6 @@ def skilld_invocations(line: str) -> list[list[str]]:
         words = tokens(line)
     except ValueError:
         return []
-    subcommands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     found = []
     for index, word in enumerate(words):
         if os.path.basename(word.rpartition("=")[2]) != "skilld":
@@ -173,7 +186,7 @@ def skilld_invocations(line: str) -> list[list[str]]:
             if arg in SHELL_OPERATORS:
                 break
             args.append(arg)
-        if not args or not (args[0] in subcommands or args[0] in GLOBAL_OPTIONS):
+        if not args or not (args[0] in top_level_commands() or args[0] in GLOBAL_OPTIONS):
             continue
         if "xargs" in words[:index]:
             args.append("NAME")
@@ -236,10 +249,14 @@ def all_blocks() -> list[Block]:
     return [block for page in PAGES for block in blocks(page)]
 
 
+@functools.cache
+def quick_start_line() -> int:
+    return next(b.line for b in blocks(ROOT / "README.md") if b.lang == "sh")
+
+
 def quick_start(block: Block) -> bool:
     """The README's first `sh` block: tests/test_quickstart.py runs it."""
-    readme = [b for b in blocks(ROOT / "README.md") if b.lang == "sh"]
-    return block.page.name == "README.md" and block.line == readme[0].line
+    return block.page.name == "README.md" and block.line == quick_start_line()
 
 
 # -- the static checks --------------------------------------------------------------------------
@@ -369,10 +386,8 @@ def test_the_readme_is_short_and_lists_every_command() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.encode()) <= README_LIMIT
     table = readme.partition("## The CLI at a glance")[2].partition("\n## ")[0]
-    parser = build_parser()
-    for name, sub in parser._subparsers._group_actions[0].choices.items():  # type: ignore[union-attr]
-        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
-        for leaf in [f"{name} {leaf}" for leaf in nested[0].choices] if nested else [name]:
+    for name, parser in subcommands(build_parser()).items():
+        for leaf in [f"{name} {leaf}" for leaf in subcommands(parser)] or [name]:
             assert re.search(rf"`(skilld )?{leaf}\b", table), f"the CLI table lacks `skilld {leaf}`"
 
 
