@@ -182,7 +182,7 @@ def main() -> int:
                 mark = "~" if estimated else " "
                 print(
                     f"{scenario:<9} {size:>6} {moved:>6} {ours:>8.2f}s {mark}{theirs:>8.2f}s"
-                    f" {theirs / ours:>6.0f}x",
+                    f" {theirs / ours:>6.1f}x",
                     flush=True,
                 )
     finally:

@@ -23,6 +23,7 @@ import anyio
 import pytest
 import yaml
 
+from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, skill_reply, skip_reply
 from tests.test_dsh import DshSession
 from tests.test_sources import Hermes
@@ -844,3 +845,42 @@ def test_declaring_one_library_leaves_the_other_agents_in_their_own(tmp_path: Pa
         environ={},
     )
     assert [route.library for route in resolve(mine, detected_sources=tuple).routes] == ["mine"]
+
+
+def test_a_session_in_the_home_directory_is_no_project(tmp_path: Path) -> None:
+    from skilld.routing import project_root
+    from tests.conftest import library_spec
+
+    claude = library_spec(
+        tmp_path / ".claude" / "skills", name="claude", project_dir=".claude/skills"
+    )
+    # No `.git` above the home directory: the home is the session's "project", and its
+    # project skills dir would be the user library itself.
+    assert project_root(claude, str(tmp_path)) is None
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    assert project_root(claude, str(tmp_path / "repo" / "src")) == tmp_path / "repo"
+    assert project_root(library_spec(tmp_path / "x", project_dir=None), str(tmp_path)) is None
+
+
+def test_a_library_renamed_over_the_same_folder_keeps_its_skills(
+    workspace: Workspace, fake_llm: FakeLLM
+) -> None:
+    """`[skills] dir` replaced by a `[[libraries]]` table over the same folder: the skills
+    skilld wrote stay skilld's (not `human`), and their saved versions follow them."""
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    workspace.add_session("s1", conversation("the build"))
+    fake_llm.push(skill_reply("fix-the-build"))
+    assert workspace.cli("once").returncode == 0
+    text = workspace.config_path.read_text()
+    text = text.replace("[skills]\n", '[[libraries]]\nname = "team-tools"\n', 1)
+    workspace.config_path.write_text(text)
+    rows = json.loads(workspace.cli("skills", "list", "--json").stdout)
+    assert [(row["name"], row["library"], row["owner"]) for row in rows] == [
+        ("fix-the-build", "team-tools", "managed")
+    ]
+    written = workspace.cli(
+        "skills", "write", "fix-the-build", "--description", "Fix it.", "--content", "1. Go.\n"
+    )
+    assert written.returncode == 0, written.stderr
+    assert written.stdout.startswith("updated fix-the-build")

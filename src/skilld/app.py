@@ -18,6 +18,7 @@ from skilld.routing import (
     project_library,
     requested_library,
     resolve,
+    storage_key,
 )
 from skilld.skills.library import Library
 from skilld.skills.usage import UsageStore
@@ -139,8 +140,14 @@ def open_app(
         libraries = {
             name: _library(config, state, spec) for name, spec in routing.libraries.items()
         }
+        orphans = [
+            name
+            for name in state.library_names()
+            if name not in libraries and name.partition(PROJECT_MARK)[0] not in libraries
+        ]
         for library in libraries.values():
-            _adopt_legacy(state, library, config.state.dir / "history")
+            if orphans:
+                _adopt(state, library, orphans, config.state.dir / "history")
             if prepare:
                 library.root.mkdir(parents=True, exist_ok=True)
                 library.prepare()
@@ -149,12 +156,14 @@ def open_app(
         state.close()
 
 
-def _adopt_legacy(state: StateDB, library: Library, history_root: Path) -> None:
-    """Skills skilld wrote before libraries existed belong to the library that holds them;
-    their saved versions move into that library's history."""
-    for name in state.adopt_provenance(library.name, library.root):
-        legacy = history_root / name
-        if legacy.is_dir() and not (library.history_dir / name).exists():
+def _adopt(state: StateDB, library: Library, orphans: list[str], history_root: Path) -> None:
+    """Skills skilld wrote into this library's folder under another library's name (one no
+    longer configured, or none: before libraries existed) are this library's; their saved
+    versions move into its history."""
+    for orphan, name in state.adopt_provenance(library.name, library.root, orphans):
+        old_history = history_root / (f"{PROJECT_MARK}{storage_key(orphan)}" if orphan else "")
+        saved = old_history / name
+        if saved.is_dir() and not (library.history_dir / name).exists():
             library.history_dir.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):
-                os.replace(legacy, library.history_dir / name)
+                os.replace(saved, library.history_dir / name)

@@ -272,6 +272,18 @@ def project_root_of(cwd: str) -> Path:
     return start
 
 
+def project_root(user: LibrarySpec, cwd: str | None) -> Path | None:
+    """The project a session working in `cwd` belongs to, for the agent of `user`: None when
+    the agent keeps no project skills, the directory is unknown, or the project's skills dir
+    would be the user library itself (a session in the home directory is no project)."""
+    if not cwd or not user.project_dir:
+        return None
+    root = project_root_of(cwd)
+    if os.path.realpath(root / user.project_dir) == os.path.realpath(user.dir):
+        return None
+    return root
+
+
 def _route(
     source: SourceConfig,
     libraries: Mapping[str, LibrarySpec],

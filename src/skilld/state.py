@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -450,23 +450,32 @@ class StateDB:
         rows = self.conn.execute("SELECT * FROM provenance WHERE library = ?", (library,))
         return {row["name"]: Provenance(**dict(row)) for row in rows.fetchall()}
 
-    def adopt_provenance(self, library: str, root: Path) -> list[str]:
-        """Give rows written before libraries existed (library '') to the library whose root
-        holds their file. Returns the names adopted."""
+    def adopt_provenance(
+        self, library: str, root: Path, orphans: Iterable[str]
+    ) -> list[tuple[str, str]]:
+        """Give the rows of libraries no longer configured (`orphans`; '' for rows written
+        before libraries existed) to `library` when its root holds their file: a library
+        renamed, or a `[skills] dir` replaced by the agent's own library over the same folder,
+        keeps knowing which skills are skilld's. Returns (old library, name) of each."""
         prefix = str(root).rstrip("/") + "/"
-        rows = self.conn.execute("SELECT name, path FROM provenance WHERE library = ''")
-        names = [row["name"] for row in rows.fetchall() if row["path"].startswith(prefix)]
-        if names:
+        adopted: list[tuple[str, str]] = []
+        for orphan in orphans:
+            rows = self.conn.execute(
+                "SELECT name, path FROM provenance WHERE library = ?", (orphan,)
+            ).fetchall()
+            adopted += [(orphan, row["name"]) for row in rows if row["path"].startswith(prefix)]
+        if adopted:
             with self.transaction():
                 self.conn.executemany(
-                    "UPDATE OR IGNORE provenance SET library = ? WHERE library = '' AND name = ?",
-                    [(library, name) for name in names],
+                    "UPDATE OR IGNORE provenance SET library = ? WHERE library = ? AND name = ?",
+                    [(library, orphan, name) for orphan, name in adopted],
                 )
-        return names
+        return adopted
 
     def library_names(self) -> list[str]:
-        """Every library skilld has written into (provenance names it)."""
-        rows = self.conn.execute("SELECT DISTINCT library FROM provenance WHERE library != ''")
+        """Every library skilld has written into (provenance names it; '' is the library of
+        the rows written before libraries existed)."""
+        rows = self.conn.execute("SELECT DISTINCT library FROM provenance")
         return sorted(row["library"] for row in rows.fetchall())
 
     def put_provenance(
@@ -816,6 +825,19 @@ def _proposal(row: sqlite3.Row) -> KeptProposal:
         note=row["note"],
         created_at=row["created_at"],
     )
+
+
+def process_alive(pid: object) -> bool:
+    """Whether `pid` names a running process (a daemon's, recorded in meta `daemon`)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
 
 
 class DaemonLock:

@@ -31,7 +31,7 @@ from skilld.config import SECTIONS, Config, SourceConfig
 from skilld.errors import ConfigError
 from skilld.fsutil import TEMP_MARKER
 from skilld.routing import AGENTS, default_path, default_sources, resolve
-from skilld.state import StateDB, StateError
+from skilld.state import StateDB, StateError, process_alive
 
 if TYPE_CHECKING:  # the LLM client (httpx) loads only when doctor probes the endpoint
     from skilld.llm import LLMError, LLMSettings
@@ -48,7 +48,7 @@ _SESSION_GLOBS = {
     "jsonl": "**/*.jsonl",
     "claude-code": "**/*.jsonl",
     "codex": "**/rollout-*.jsonl",
-    "dsh": "*/*/session.jsonl*",
+    "dsh": "*/*/session*.jsonl*",
 }
 _SECRET_QUERY_WORDS = ("key", "token", "secret", "password", "auth", "sig")
 
@@ -283,23 +283,11 @@ def check_state(config: Config) -> Check:
         age = time.time() - float(heartbeat)
         interval = float(daemon.get("interval") or config.evolve.interval_seconds)
         # `skilld once` beats the heart too: only a live `skilld run` process is a daemon.
-        fresh = age <= 3 * interval and _alive(daemon.get("pid"))
+        fresh = age <= 3 * interval and process_alive(daemon.get("pid"))
         alive = (
             f"last heartbeat {age:.0f}s ago ({'daemon running' if fresh else 'no daemon running'})"
         )
     return Check("state", "ok", f"{directory / 'state.db'} opens; {alive}")
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
 
 
 def _probe_writable(directory: Path) -> str | None:
@@ -450,8 +438,20 @@ def check_team_libraries(config: Config) -> list[Check]:
     return checks
 
 
+def check_guidance(config: Config) -> list[Check]:
+    """`evolve.guidance_file`, when set, is readable text (the daemon would only warn)."""
+    path = config.evolve.guidance_file
+    if path is None:
+        return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [Check("config", "fail", f"evolve.guidance_file {path}: {exc}")]
+    return [Check("config", "ok", f"evolve.guidance_file {path}: {len(text):,} characters")]
+
+
 def run_doctor(config: Config, *, llm_timeout: float, check_llm: bool) -> list[Check]:
-    checks = [check_config(config)]
+    checks = [check_config(config), *check_guidance(config)]
     checks += check_sources(config)
     checks += check_libraries(config)
     checks += check_team_libraries(config)

@@ -134,11 +134,16 @@ def _duration(seconds: float) -> str:
 
 
 def cmd_status(app: App, args: argparse.Namespace) -> int:
-    from skilld.state import utc_now_iso
+    from skilld.state import process_alive, utc_now_iso
 
     report = status_report(app)
     age = report["heartbeat_age_seconds"]
-    stale = age is None or age > 3 * report["interval_seconds"]
+    # `skilld once` beats the heart too: healthy means a live `skilld run` beating it.
+    stale = (
+        age is None
+        or age > 3 * report["interval_seconds"]
+        or not process_alive(report["daemon_pid"])
+    )
     if args.json:
         print_json_line(report)
     else:
@@ -180,7 +185,7 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
         print(f"skipped lines  {report['malformed_lines_skipped']}")
         print(f"source errors  {report['source_errors_total']} in the last tick")
     if args.check and stale:
-        print("skilld: heartbeat is older than three intervals", file=sys.stderr)
+        print("skilld: no daemon is running (no heartbeat within three intervals)", file=sys.stderr)
         return 1
     return 0
 

@@ -269,7 +269,7 @@ def cmd_usage(config: Config, args: argparse.Namespace) -> int:
     from skilld.routing import (
         choose_library,
         project_library,
-        project_root_of,
+        project_root,
         requested_library,
         resolve,
     )
@@ -279,9 +279,9 @@ def cmd_usage(config: Config, args: argparse.Namespace) -> int:
 
     routing = resolve(config)
     specs = {spec.name: spec for spec in routing.libraries.values()}
-    root = project_root_of(os.getcwd())
     for spec in routing.libraries.values():
-        if spec.project_dir and (root / spec.project_dir).is_dir():
+        root = project_root(spec, os.getcwd())
+        if root is not None and spec.project_dir and (root / spec.project_dir).is_dir():
             project = project_library(spec, root)
             specs[project.name] = project
     requested = requested_library(args.library)

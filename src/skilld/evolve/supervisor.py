@@ -68,7 +68,7 @@ from skilld.evolve.wiring import SourceBinding
 from skilld.llm import LLMClient, LLMError
 from skilld.log import get_logger
 from skilld.redact import redact
-from skilld.routing import project_root_of
+from skilld.routing import project_root
 from skilld.skills.document import SkillDoc, same_text
 from skilld.skills.library import (
     Library,
@@ -667,9 +667,9 @@ class Evolver:
     ) -> Library | None:
         """The project library of a session's working directory for `user`'s agent; with
         `existing_only`, only when its skills dir exists."""
-        if not cwd or not user.spec.project_dir:
+        root = project_root(user.spec, cwd)
+        if root is None or user.spec.project_dir is None:
             return None
-        root = project_root_of(cwd)
         if existing_only and not (root / user.spec.project_dir).is_dir():
             return None
         return self.app.project(user, root)
@@ -687,15 +687,10 @@ class Evolver:
         """Where the proposal goes: the user library, or the session's project library for a
         project skill (its root, to check whether skilld may write there)."""
         user = self.app.libraries[kept.library]
-        scoped = (
-            self.config.evolve.scope == "auto"
-            and kept.body.get("scope") == "project"
-            and user.spec.project_dir
-            and kept.body.get("cwd")
-        )
-        if not scoped:
+        scoped = self.config.evolve.scope == "auto" and kept.body.get("scope") == "project"
+        root = project_root(user.spec, kept.body.get("cwd")) if scoped else None
+        if root is None:
             return user, None
-        root = project_root_of(kept.body["cwd"])
         return self.app.project(user, root), root
 
     async def _settle(

@@ -522,7 +522,7 @@ def _check_body(body: object, max_content_chars: int, dialect: str) -> None:
             f"body is {len(body)} characters; at most {max_content_chars} are allowed"
         )
     lines = body.strip("\n").count("\n") + 1
-    if dialect in BODY_LINE_LIMITS and lines > BODY_LINE_LIMITS[dialect]:
+    if dialect in BODY_LINE_LIMITS and lines >= BODY_LINE_LIMITS[dialect]:
         raise InvalidSkill(
             f"body is {lines} lines; the {dialect} dialect keeps a skill under "
             f"{BODY_LINE_LIMITS[dialect]} (move detail into fewer, denser steps)"
