@@ -35,7 +35,7 @@ from pathlib import Path
 
 from skilld.app import App
 from skilld.config import build_config
-from skilld.curator.lifecycle import LiveSkill, Thresholds, decide
+from skilld.curator._lifecycle import LiveSkill, Thresholds, decide
 from skilld.curator.passes import CURATOR, run_lifecycle
 from skilld.log import configure_logging
 from skilld.routing import resolve

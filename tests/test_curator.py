@@ -17,7 +17,7 @@ import pytest
 
 from skilld.app import App, open_app
 from skilld.config import Config, build_config, load_config
-from skilld.curator.lifecycle import LiveSkill, Thresholds, decide, plan_pass
+from skilld.curator._lifecycle import LiveSkill, Thresholds, decide, plan_pass
 from skilld.curator.passes import DISABLED_KEY, LAST_RUN_KEY, run_lifecycle
 from skilld.curator.schedule import ScheduledCurator, curate, schedule_decision
 from skilld.daemon import Daemon

@@ -29,13 +29,14 @@ from typing import Any, Final, Literal, TypeGuard
 
 from skilld.app import App
 from skilld.curator.passes import CURATOR
+from skilld.errors import LibraryError
 from skilld.evolve.contract import RAW_REPLY_LIMIT, extract_json_object
 from skilld.evolve.safety import risky_patterns
 from skilld.evolve.window import delimit
 from skilld.llm import LLMClient, LLMError
 from skilld.redact import merge_counts, redact
 from skilld.skills.document import DESCRIPTION_LIMITS, SkillDoc
-from skilld.skills.library import Library, LibraryError, Unchanged, Written
+from skilld.skills.library import Library, Unchanged, Written
 from skilld.skills.names import InvalidName, validate_name
 from skilld.skills.usage import COUNT_FIELDS, count_of, report_row
 

@@ -17,18 +17,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from skilld.app import App
-from skilld.curator.lifecycle import LiveSkill, Thresholds, Transition, plan_pass
+from skilld.curator._lifecycle import LiveSkill, Thresholds, Transition, plan_pass
+from skilld.errors import LibraryError, Protected
 from skilld.routing import DEFAULT_LIBRARY
 from skilld.skills.document import SkillParseError, parse_skill
-from skilld.skills.library import (
-    Library,
-    LibraryError,
-    Origin,
-    Protected,
-    SkillEntry,
-    Unchanged,
-    Written,
-)
+from skilld.skills.library import Library, Origin, SkillEntry, Unchanged, Written
 from skilld.skills.usage import Record, format_timestamp, new_record, parse_timestamp
 
 CURATOR = Origin(source="curator")

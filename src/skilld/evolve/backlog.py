@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from skilld.evolve.gates import Deferred, GateSettings, decide, summarise
+from skilld.evolve._gates import GateSettings, Waiting, decide, summarise
 from skilld.evolve.window import decode_message, render_window, split_window
 from skilld.routing import source_id_of
 from skilld.state import Held, SessionState, StateDB
@@ -41,7 +41,7 @@ def ready_windows(
     window_max_chars: int,
     *,
     now: float,
-) -> Deferred | list[list[Message]]:
+) -> Waiting | list[list[Message]]:
     """The windows a session's held messages make, split in order, or why it waits. Only a
     session the gates let through is decoded."""
     decision = decide(
@@ -50,7 +50,7 @@ def ready_windows(
         now=now,
         settings=settings,
     )
-    if isinstance(decision, Deferred):
+    if isinstance(decision, Waiting):
         return decision
     rows = state.held_messages(session.key, session.held.start, decision.end)
     return split_window([decode_message(m) for m in rows], window_max_chars)
@@ -83,7 +83,7 @@ def backlog(app: App) -> dict[str, Any]:
         ready = ready_windows(
             state, session, settings, config.evolve.window_max_chars, now=time.time()
         )
-        if isinstance(ready, Deferred):
+        if isinstance(ready, Waiting):
             sessions_waiting += 1
             continue
         prompt = measured.get(library_of[session.source]) or _bare_prompt_chars()

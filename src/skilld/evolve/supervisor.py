@@ -35,10 +35,8 @@ import anyio
 
 from skilld.app import App
 from skilld.config import backfill_cutoff
-from skilld.evolve.backlog import PROMPT_CHARS_KEY, ready_windows, summary_of
-from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
-from skilld.evolve.gates import Deferred, GateSettings, held_after_append, held_after_consume
-from skilld.evolve.judge import (
+from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
+from skilld.evolve._judge import (
     Failed,
     Invalid,
     Propose,
@@ -51,6 +49,8 @@ from skilld.evolve.judge import (
     near_duplicate,
     redirect,
 )
+from skilld.evolve.backlog import PROMPT_CHARS_KEY, ready_windows, summary_of
+from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
 from skilld.evolve.prompt import (
     PROMPT_VERSION,
     PromptSettings,
@@ -329,7 +329,7 @@ class Evolver:
             self.config.evolve.window_max_chars,
             now=self.clock(),
         )
-        if isinstance(windows, Deferred):
+        if isinstance(windows, Waiting):
             report.deferred[windows.reason] += 1
             return []
         jobs, first = [], session.held.start

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from skilld.evolve._similar import closest
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Decline, Proposal, Violation, parse_reply
 from skilld.evolve.safety import risky_patterns
-from skilld.evolve.similar import closest
 from skilld.llm import LLMError
 from skilld.redact import merge_counts, redact
 from skilld.skills.document import InvalidSkill, SkillDoc, validate_skill
