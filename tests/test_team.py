@@ -12,7 +12,7 @@ import json
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -122,7 +122,7 @@ def brain(fake_llm: FakeLLM) -> Brain:
 
 
 @pytest.fixture
-def team(tmp_path: Path, remote: Path, fake_llm: FakeLLM) -> Iterator[list[Host]]:
+def team(tmp_path: Path, remote: Path, fake_llm: FakeLLM) -> list[Host]:
     """alpha and bravo use the single `[skills]` library, charlie a `[[libraries]]` table."""
     hosts = []
     for name, table in (("alpha", False), ("bravo", False), ("charlie", True)):
@@ -130,7 +130,7 @@ def team(tmp_path: Path, remote: Path, fake_llm: FakeLLM) -> Iterator[list[Host]
         host.sessions.mkdir(parents=True)
         host.write_config()
         hosts.append(host)
-    yield hosts
+    return hosts
 
 
 def sync_round(hosts: list[Host]) -> list[dict[str, Any]]:
@@ -171,6 +171,7 @@ def test_three_hosts_learn_and_after_two_rounds_everyone_holds_every_skill(
         # Committed locally as it was written, before any sync.
         subject = host.git("log", "-1", "--format=%s")
         assert subject.strip() == f"created {lessons[host.name]}"
+    assert remote_log(remote) == []  # learning never syncs: the daemon and `skilld sync` do
 
     sync_round(team)
     sync_round(team)
@@ -352,9 +353,7 @@ def test_with_the_remote_gone_learning_goes_on_and_the_next_good_sync_catches_up
     failed = alpha.cli("sync")
     assert failed.returncode == 1
     assert "sync failed: default: fetch failed" in failed.stderr
-    assert str(remote) in failed.stderr or "does not appear to be a git repository" in (
-        failed.stderr
-    )
+    assert str(remote) in failed.stderr
     (status,) = alpha.json("status")["sync"]
     assert status["last_error"] and "fetch failed" in status["last_error"]
     assert status["ahead"] >= 1

@@ -116,13 +116,13 @@ def _side(host: str | None, winner: str, *, lost: bool = False) -> str:
 def follow_archive_moves(library: Library) -> None:
     """After a round that pulled: this host's usage records follow the archives and restores
     teammates made (a record's `state` is host-local, the files are the team's)."""
-    live = {entry.name for entry in library.entries(parse=False)}
-    archived = set(library.archived()) - live
+    archived = library.archived()
     for name, record in library.usage.read().items():
-        state = record.get("state")
-        if name in live and state == "archived":
-            library.usage.set_state(name, "active")
-        elif name in archived and state != "archived":
+        # Only the few records that may disagree look at their skill's files.
+        if record.get("state") == "archived":
+            if library.entry(name, parse=False) is not None:
+                library.usage.set_state(name, "active")
+        elif name in archived and library.entry(name, parse=False) is None:
             library.usage.set_state(name, "archived")
 
 
