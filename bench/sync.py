@@ -1,32 +1,37 @@
-"""A team library over git: convergence of many hosts, and the cost of one sync round.
+"""A team library over git, through the commands users run: convergence of many hosts, and the
+cost of one `skilld sync`.
 
-Run: `/work/venv/bin/python bench/sync.py [--hosts 10] [--skills 100] [--per-round 10]
-      [--library 1000] [--repeat 7] [--dir PATH]`
+Run: `python bench/sync.py [--hosts 10] [--skills 100] [--per-round 10] [--repeat 5]
+      [--dir PATH]`
 
-1. Convergence. `--hosts` hosts (skills dirs) share one bare repository. In each round every
-   host, in its own process and all at once, creates `--per-round` new skills (one commit each,
-   as the Library does: file, manifest entry, commit) and then runs one `sync()`. When every
-   host has created `--skills`, rounds of sync alone follow until every host's tree equals the
-   remote's. Printed: rounds until then, sync rounds that failed (a push rejected more often
+Each host is its own skilld installation (config, state dir, skills dir, `[sync] host`) whose
+`[skills]` library has the same bare repository as `remote`. Every skill is created with
+`skilld skills write` and every round is `skilld sync`, each a subprocess, as a person or an
+agent's hook would run them.
+
+1. Convergence. In each round every host, all at once (one chain of subprocesses per host),
+   writes `--per-round` new skills and then runs `skilld sync`. When every host has written
+   `--skills`, rounds of `skilld sync` alone follow until every host's HEAD is the remote's.
+   Printed: rounds until then, `skilld sync` runs that exited 1 (a push rejected more often
    than the retry budget: the next round catches up), lost skills (expected but missing on the
-   remote or on any host), duplicates (a skill created twice, or a `created` commit twice).
+   remote or on any host), duplicates (a `created` commit twice, a name nobody wrote, or one
+   skill at two paths).
 
-2. One round for a library of `--library` skills, on a host in step with the remote, timed
-   `--repeat` times (median) in three cases: nothing changed (the target: under 2 s), one
-   local change to push, one teammate's change to pull. Every round publishes the host's usage
-   for all skills, as the daemon does. The baseline, in the same process and on the same work
-   tree, is what any sync must at least do: `git fetch origin` + `git status --porcelain`. The
-   ratios are the figure to compare across machines; this one is noisy.
-
-The public API is driven directly (`TeamRepo.setup/change/sync`); the `skilld sync` CLI will
-replace it once the integration lands.
+2. One `skilld sync` of the library the convergence left (`--hosts` x `--skills` skills) on
+   host 0, median of `--repeat`, in three cases: nothing changed (the target: under 2 s), one
+   local change to push (`skilld skills write` of one skill before each run, not timed), one
+   teammate's change to pull (host 1 writes and syncs before each run, not timed). The
+   baseline, in the same process and on the same work tree, is the least any sync does:
+   `git fetch origin` + `git status --porcelain`. The floor of any `skilld` command (an
+   interpreter starting and importing skilld: `skilld --version`) is printed beside it. The
+   ratios are the figures to compare across machines; the absolute times are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import multiprocessing
+import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -34,95 +39,134 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from skilld.fsutil import atomic_write
-from skilld.log import configure_logging
-from skilld.sync import ManifestEntry, TeamRepo
 
 MAX_ROUNDS = 50
+#: git as a person runs it: no user config (the baseline, and the bench's own checks).
+GIT_ENV = {
+    **{key: value for key, value in os.environ.items() if not key.startswith("GIT_")},
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
-def skill_bytes(name: str, body: str) -> bytes:
-    return f"---\nname: {name}\ndescription: {body}\n---\n1. {body}\n".encode()
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=GIT_ENV, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
-def create(repo: TeamRepo, name: str, body: str, *, event: str = "created") -> None:
-    relpath = f"{name}/SKILL.md"
-    data = skill_bytes(name, body)
-    entry = ManifestEntry(relpath, hashlib.sha256(data).hexdigest())
-    with repo.change(repo.change_message(event, name), [relpath], manifest={name: entry}):
-        (repo.root / name).mkdir(exist_ok=True)
-        atomic_write(repo.root / relpath, data)
+@dataclass
+class Host:
+    """One skilld installation of the team, driven through its command line."""
+
+    root: Path
+    name: str
+    remote: Path
+
+    @property
+    def skills(self) -> Path:
+        return self.root / "skills"
+
+    def write_config(self) -> None:
+        self.root.mkdir(parents=True)
+        (self.root / "sessions").mkdir()
+        config: dict[str, dict[str, object]] = {
+            "skills": {"dir": self.skills, "remote": self.remote, "max_managed": 100_000},
+            "state": {"dir": self.root / "state"},
+            "sync": {"host": self.name},
+            "log": {"format": "json", "level": "error"},
+        }
+        config["[sources]"] = {"kind": "jsonl", "path": self.root / "sessions"}
+        lines = []
+        for section, values in config.items():
+            lines += [f"[{section}]", *(f"{k} = {_toml(v)}" for k, v in values.items())]
+        (self.root / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def skilld(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("SKILLD_")}
+        env["SKILLD_CONFIG"] = str(self.root / "config.toml")
+        return subprocess.run(
+            [sys.executable, "-m", "skilld", *args], env=env, capture_output=True, text=True
+        )
+
+    def write(self, skill: str, content: str) -> None:
+        result = self.skilld("skills", "write", skill, "--description", f"Bench {skill}.",
+                             "--content", content)  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"{self.name}: skills write {skill}: {result.stderr.strip()}")
+
+    def sync(self) -> bool:
+        """One `skilld sync`: True when it exited 0; a failure other than a round's is raised."""
+        result = self.skilld("sync")
+        if result.returncode not in (0, 1):
+            raise RuntimeError(f"{self.name}: sync exited {result.returncode}: {result.stderr}")
+        return result.returncode == 0
+
+    def round(self, names: Sequence[str]) -> bool:
+        for name in names:
+            self.write(name, f"1. Learned by {self.name}.")
+        return self.sync()
+
+    def head(self) -> str:
+        return git("rev-parse", "HEAD", cwd=self.skills)
+
+
+def _toml(value: object) -> str:
+    return str(value) if isinstance(value, int) else json.dumps(str(value))
 
 
 def host_name(index: int) -> str:
     return f"host-{index:02d}"
 
 
-def open_host(base: Path, remote: Path, index: int) -> TeamRepo:
-    name = host_name(index)
-    return TeamRepo(base / name, str(remote), host=name)
+def skill_name(host: int, index: int) -> str:
+    return f"{host_name(host)}-skill-{index:03d}"
 
 
-def host_round(job: tuple[Path, Path, int, list[str]]) -> tuple[bool, str | None]:
-    """One host's round in a worker process: create its share, then sync."""
-    base, remote, index, names = job
-    configure_logging("json", "error")
-    repo = open_host(base, remote, index)
-    for name in names:
-        create(repo, name, f"Learned by {host_name(index)}.")
-    report = repo.sync()
-    return report.ok, report.error
-
-
-def git_out(*args: str, cwd: Path) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def converged(remote: Path, repos: list[TeamRepo]) -> bool:
-    tree = git_out("rev-parse", "main^{tree}", cwd=remote)
-    return all(
-        git_out("rev-parse", "HEAD^{tree}", cwd=repo.root) == tree and repo.status().ahead == 0
-        for repo in repos
-    )
-
-
-def convergence(base: Path, hosts: int, skills: int, per_round: int) -> dict[str, Any]:
+def open_team(base: Path, hosts: int) -> tuple[Path, list[Host]]:
     remote = base / "team.git"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
-    repos = [open_host(base, remote, index) for index in range(hosts)]
-    for repo in repos:
-        repo.setup()
-    expected = {f"{host_name(h)}-skill-{i:03d}" for h in range(hosts) for i in range(skills)}
+    base.mkdir(parents=True)
+    git("init", "-q", "--bare", "-b", "main", str(remote), cwd=base)
+    team = [Host(base / host_name(index), host_name(index), remote) for index in range(hosts)]
+    for host in team:
+        host.write_config()
+    return remote, team
+
+
+def converged(remote: Path, team: list[Host]) -> bool:
+    tip = git("rev-parse", "--verify", "-q", "main", cwd=remote)
+    return all(host.head() == tip for host in team)
+
+
+def convergence(
+    remote: Path, team: list[Host], skills: int, per_round: int
+) -> dict[str, float | int | bool]:
     failed = rounds = 0
     started = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(hosts) as pool:
+    with ThreadPoolExecutor(len(team)) as pool:
         while rounds < MAX_ROUNDS:
             share = range(rounds * per_round, min((rounds + 1) * per_round, skills))
-            jobs = [
-                (base, remote, h, [f"{host_name(h)}-skill-{i:03d}" for i in share])
-                for h in range(hosts)
-            ]
-            creating = any(names for *_, names in jobs)
-            results = pool.map(host_round, jobs)
+            jobs = [[skill_name(h, i) for i in share] for h in range(len(team))]
+            results = list(pool.map(lambda host, names: host.round(names), team, jobs))
             rounds += 1
-            failed += sum(1 for ok, _ in results if not ok)
-            if not creating and converged(remote, repos):
+            failed += results.count(False)
+            if not share and converged(remote, team):
                 break
     elapsed = time.perf_counter() - started
-    tree = git_out("ls-tree", "-r", "--name-only", "main", cwd=remote).splitlines()
-    on_remote = {path.split("/")[0] for path in tree if path.endswith("/SKILL.md")}
-    on_hosts = [{p.parent.name for p in repo.root.glob("*/SKILL.md")} for repo in repos]
-    lost = len(expected - on_remote) + sum(len(expected - present) for present in on_hosts)
-    subjects = Counter(git_out("log", "--format=%s", "main", cwd=remote).splitlines())
+    expected = {skill_name(h, i) for h in range(len(team)) for i in range(skills)}
+    tree = git("ls-tree", "-r", "--name-only", "main", cwd=remote).splitlines()
+    paths = Counter(p.split("/")[0] for p in tree if p.endswith("/SKILL.md"))
+    paths.update(p.removesuffix(".md") for p in tree if "/" not in p and p.endswith(".md"))
+    on_hosts = [{p.parent.name for p in host.skills.glob("*/SKILL.md")} for host in team]
+    lost = len(expected - set(paths)) + sum(len(expected - present) for present in on_hosts)
+    subjects = Counter(git("log", "--format=%s", "main", cwd=remote).splitlines())
     duplicates = sum(count - 1 for subject, count in subjects.items()
                      if subject.startswith("created ") and count > 1)  # fmt: skip
-    duplicates += len(on_remote - expected)
+    duplicates += len(set(paths) - expected) + sum(count - 1 for count in paths.values())
     return {
         "rounds": rounds,
         "failed": failed,
@@ -130,7 +174,7 @@ def convergence(base: Path, hosts: int, skills: int, per_round: int) -> dict[str
         "duplicates": duplicates,
         "commits": sum(subjects.values()),
         "seconds": elapsed,
-        "converged": converged(remote, repos),
+        "converged": converged(remote, team),
     }
 
 
@@ -146,79 +190,73 @@ def median_seconds(
     return statistics.median(times)
 
 
-def one_round(base: Path, size: int, repeat: int) -> list[tuple[str, float, float]]:
-    remote = base / "big.git"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
-    seed = TeamRepo(base / "seed", str(remote), host="seed")
-    managed = {}
-    for index in range(size):
-        name = f"skill-{index:05d}"
-        data = skill_bytes(name, f"Step {index}.")
-        (seed.root / name).mkdir(parents=True)
-        (seed.root / name / "SKILL.md").write_bytes(data)
-        managed[name] = ManifestEntry(f"{name}/SKILL.md", hashlib.sha256(data).hexdigest())
-    seed.setup(managed=managed)
-    assert seed.sync().ok
-    host = TeamRepo(base / "host", str(remote), host="host")
-    host.setup()
-    assert host.sync().ok
-    usage = {
-        name: {"use_count": 1, "last_used_at": "2025-01-01T00:00:00+00:00"} for name in managed
-    }
-    assert host.sync(usage=usage).ok
+def one_round(team: list[Host], repeat: int) -> tuple[list[tuple[str, float]], float, float]:
+    """The three timed cases of `skilld sync` on host 0, the fetch + status baseline and the
+    floor of any skilld command."""
+    host, teammate = team[0], team[1]
     counter = iter(range(10**6))
+    local_skill, remote_skill = skill_name(0, 0), skill_name(1, 0)
 
     def sync() -> None:
-        report = host.sync(usage=usage)
-        assert report.ok, report.error
+        if not host.sync():
+            raise RuntimeError(f"{host.name}: skilld sync failed: {host.skilld('sync').stderr}")
 
     def baseline() -> None:
-        host.git.run("fetch", "--quiet", "origin", network=True)
-        host.git.run("status", "--porcelain")
+        git("fetch", "--quiet", "origin", cwd=host.skills)
+        git("status", "--porcelain", cwd=host.skills)
+
+    def floor() -> None:
+        host.skilld("--version")
 
     def nothing() -> None:
         return None
 
     def local_change() -> None:
-        create(host, "skill-00000", f"Local change {next(counter)}.", event="updated")
+        host.write(local_skill, f"1. Changed here ({next(counter)}).")
 
     def remote_change() -> None:
-        create(seed, "skill-00001", f"Teammate's change {next(counter)}.", event="updated")
-        assert seed.sync().ok
+        teammate.write(remote_skill, f"1. Changed by a teammate ({next(counter)}).")
+        assert teammate.sync()
 
+    sync()  # in step with the remote before timing
     reference = median_seconds(baseline, repeat, nothing)
+    startup = median_seconds(floor, repeat, nothing)
     cases = [("nothing changed", nothing), ("one local change", local_change),
              ("one remote change", remote_change)]  # fmt: skip
-    return [(label, median_seconds(sync, repeat, setup), reference) for label, setup in cases]
+    timed = [(label, median_seconds(sync, repeat, before)) for label, before in cases]
+    return timed, reference, startup
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--hosts", type=int, default=10)
-    parser.add_argument("--skills", type=int, default=100, help="skills each host creates")
+    parser.add_argument("--skills", type=int, default=100, help="skills each host writes")
     parser.add_argument("--per-round", type=int, default=10)
-    parser.add_argument("--library", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
-    configure_logging("json", "error")
     base = Path(tempfile.mkdtemp(prefix="skilld-bench-sync-", dir=args.dir))
     try:
-        result = convergence(base / "team", args.hosts, args.skills, args.per_round)
-        print(f"convergence: {args.hosts} hosts x {args.skills} skills, {args.per_round} per "
-              f"host per round, hosts in parallel processes")  # fmt: skip
+        remote, team = open_team(base / "team", max(args.hosts, 2))
+        result = convergence(remote, team, args.skills, args.per_round)
+        print(f"convergence: {len(team)} hosts x {args.skills} skills, {args.per_round} per host "
+              f"per round; `skilld skills write` + `skilld sync`, hosts in parallel")  # fmt: skip
         print(f"  rounds until all converge  {result['rounds']:>6}"
               f"{'' if result['converged'] else '  (NOT converged)'}")  # fmt: skip
-        print(f"  failed sync rounds         {result['failed']:>6}")
+        print(f"  `skilld sync` that failed  {result['failed']:>6}")
         print(f"  lost                       {result['lost']:>6}")
         print(f"  duplicates                 {result['duplicates']:>6}")
         print(f"  commits on the remote      {result['commits']:>6}")
         print(f"  wall time                  {result['seconds']:>6.1f} s")
-        print(f"\none sync round, library of {args.library} skills (median of {args.repeat}):")
-        print(f"  {'case':<18} {'sync':>8} {'fetch+status':>13} {'ratio':>6}")
-        for label, seconds, reference in one_round(base / "round", args.library, args.repeat):
-            print(f"  {label:<18} {seconds * 1000:>6.0f} ms {reference * 1000:>10.0f} ms "
-                  f"{seconds / reference:>6.1f}")  # fmt: skip
+        size = len(team) * args.skills
+        cases, reference, startup = one_round(team, args.repeat)
+        print(f"\none `skilld sync`, library of {size} skills (median of {args.repeat}); "
+              f"baseline git fetch + git status {reference * 1000:.0f} ms, "
+              f"`skilld --version` {startup * 1000:.0f} ms")  # fmt: skip
+        print(f"  {'case':<18} {'skilld sync':>11} {'x baseline':>11} {'x --version':>12}")
+        for label, seconds in cases:
+            print(f"  {label:<18} {seconds * 1000:>8.0f} ms {seconds / reference:>11.1f} "
+                  f"{seconds / startup:>12.1f}")  # fmt: skip
         ok = result["converged"] and result["lost"] == 0 and result["duplicates"] == 0
         return 0 if ok else 1
     finally:

@@ -41,17 +41,13 @@ def meta_key(library: str) -> str:
 def set_up(library: Library) -> list[str]:
     """Make the library's dir a work tree of its remote (no network); problems that need a
     person, each with the command that repairs it. Idempotent."""
-    from skilld.sync import GitError, ManifestEntry
+    from skilld.sync import GitError
 
     team = library.team
     assert team is not None
-    managed = {
-        name: ManifestEntry(team.relpath(library.root / name / "SKILL.md"), record.sha256)
-        for name, record in library.state.all_provenance(library.name).items()
-        if (library.root / name / "SKILL.md").is_file()
-    }
     try:
-        result = team.setup(managed)
+        # The seed is read only where a join may still happen (it hashes every skill file).
+        result = team.setup(library.team_seed() if not team.is_set_up else None)
     except (GitError, OSError) as exc:
         return [f"{library.root}: {exc}"]
     return [f"{problem.message} (repair: {problem.repair})" for problem in result.problems]
@@ -79,6 +75,8 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
     }
     if report.ok:
         status["last_success"] = when
+    if report.pulled:
+        follow_archive_moves(library)
     with state.transaction():
         for conflict in report.conflicts:
             state.add_event(
@@ -87,8 +85,9 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
                 skill=conflict.skill,
                 source="sync",
                 reason=(
-                    f"{conflict.winner} version kept ({conflict.rule}); the"
-                    f" {'remote' if conflict.winner == 'local' else 'local'} one is in history"
+                    f"{_side(conflict.winner_host, conflict.winner)} version kept"
+                    f" ({conflict.rule}); {_side(conflict.loser_host, conflict.winner, lost=True)}"
+                    f" version is in history as {conflict.loser_commit[:12]}"
                 ),
                 detail=asdict(conflict),
             )
@@ -104,6 +103,27 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
                 "error", library=library.name, source="sync", reason=f"sync: {report.error}"
             )
         state.set_meta(meta_key(library.name), status)
+
+
+def _side(host: str | None, winner: str, *, lost: bool = False) -> str:
+    """A conflict's side as a person reads it: the host's name, else where it came from."""
+    if host:
+        return f"{host}'s"
+    local = (winner == "local") != lost
+    return "this host's" if local else "the remote's"
+
+
+def follow_archive_moves(library: Library) -> None:
+    """After a round that pulled: this host's usage records follow the archives and restores
+    teammates made (a record's `state` is host-local, the files are the team's)."""
+    archived = library.archived()
+    for name, record in library.usage.read().items():
+        # Only the few records that may disagree look at their skill's files.
+        if record.get("state") == "archived":
+            if library.entry(name, parse=False) is not None:
+                library.usage.set_state(name, "active")
+        elif name in archived and library.entry(name, parse=False) is None:
+            library.usage.set_state(name, "archived")
 
 
 def team_libraries(app: App) -> list[Library]:

@@ -419,7 +419,9 @@ def check_team_libraries(config: Config) -> list[Check]:
     checks = [Check("sync", "ok", f"{version}; host id {host_id(config.sync.host)}")]
     for spec in specs:
         try:
-            team = TeamRepo(spec.dir, spec.remote or "", host=host_id(config.sync.host))
+            team = TeamRepo(
+                spec.dir, spec.remote or "", host=host_id(config.sync.host), branch=spec.branch
+            )
             status = team.status()
         except (ValueError, OSError) as exc:
             checks.append(Check("sync", "fail", f"{spec.name}: {exc}"))

@@ -51,7 +51,7 @@ from skilld.skills.usage import UsageStore, new_record
 
 if TYPE_CHECKING:
     from skilld.state import StateDB
-    from skilld.sync import Manifest, TeamRepo
+    from skilld.sync import Manifest, ManifestEntry, TeamRepo
 
 Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
@@ -446,6 +446,25 @@ class Library:
             return entry(digest, doc, f"frontmatter name {doc.name!r} != {name!r}")
         return entry(digest, doc)
 
+    def team_seed(self) -> dict[str, ManifestEntry]:
+        """The manifest entries this host's provenance vouches for, whatever the layout: skills
+        skilld wrote here whose file still holds what it wrote. A library joining its remote
+        starts the team's manifest from them, so the team takes them as skilld's."""
+        from skilld.sync import ManifestEntry
+
+        assert self.team is not None
+        seed = {}
+        for name, record in self.state.all_provenance(self.name).items():
+            path = Path(record.path)
+            try:
+                relpath = self.team.relpath(path)
+                digest = sha256_bytes(path.read_bytes())
+            except (ValueError, OSError):  # outside the root, or gone
+                continue
+            if digest in (record.sha256, record.prev_sha256):
+                seed[name] = ManifestEntry(relpath, digest)
+        return seed
+
     def _team_manifest(self) -> Manifest | None:
         if self.team is None:
             return None
@@ -473,9 +492,17 @@ class Library:
         if self.team is None:
             yield
             return
-        from skilld.sync import ManifestEntry
+        from skilld.sync import GitError, ManifestEntry
 
         team = self.team
+        if not team.is_set_up:
+            # A change before any sync (a person's write on a new team library) is still its
+            # own commit: join first, so that it is not swept into the join commit. Without
+            # git the change stays in the work tree, and the first round commits it.
+            try:
+                team.setup(self.team_seed())
+            except (GitError, OSError) as exc:
+                self._log.warning("team_setup_failed", library=self.name, error=str(exc))
         entry = ManifestEntry(team.relpath(written), digest or "") if written else None
         message = team.change_message(event, name, session=origin.session)
         relpaths = [team.relpath(path) for path in paths]
@@ -928,6 +955,13 @@ class Library:
             skill_file = target / SKILL_FILE if source.is_dir() else target
             record = self.state.provenance(self.name, name)
             ours = record.sha256 if record is not None else None
+            manifest = self._team_manifest()
+            if manifest is not None and self.team is not None:
+                # Archived by any host's skilld: the team's manifest holds what it wrote.
+                source_file = source / SKILL_FILE if source.is_dir() else source
+                shared = manifest.get(name)
+                if shared is not None and shared.path == self.team.relpath(source_file):
+                    ours = shared.sha256
             with self._recorded(
                 "restored", name, origin, [source, target], skill_file if ours else None, ours
             ):
@@ -1004,7 +1038,8 @@ class Library:
     def rollback(
         self, name: str, origin: Origin, *, version: str | None = None, force: bool = False
     ) -> Written:
-        """Restore a saved version (the newest by default); the current one is kept too.
+        """Restore a saved version (by default the newest that differs from the current file:
+        a team library's history holds the current version too); the current one is kept.
 
         A skill skilld deleted comes back the same way: its last version is in history.
         """
@@ -1016,13 +1051,22 @@ class Library:
             versions = self.history(name)
             if not versions:
                 raise NotFound(f"{name} has no saved versions in library {self.name}")
-            chosen = (
-                versions[-1]
-                if version is None
-                else next((v for v in versions if v.version == version), None)
-            )
-            if chosen is None:
-                raise NotFound(f"{name} has no version {version}")
+            if version is None:
+                current = entry.sha256 if entry is not None else None
+                chosen = next(
+                    (
+                        v
+                        for v in reversed(versions)
+                        if sha256_bytes(self._version_bytes(v, name)) != current
+                    ),
+                    None,
+                )
+                if chosen is None:
+                    raise NotFound(f"{name} has no saved version other than the current one")
+            else:
+                chosen = next((v for v in versions if v.version == version), None)
+                if chosen is None:
+                    raise NotFound(f"{name} has no version {version}")
             if entry is not None:
                 self._require_changeable(entry, origin, force=force)
                 path = entry.path

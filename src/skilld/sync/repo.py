@@ -43,6 +43,7 @@ from skilld.sync.layout import (
     EXCLUDE_HOST_LOCAL,
     GITIGNORE,
     MANIFEST_PATH,
+    ONLY_HOST_LOCAL,
     SKILL_FILE,
     USAGE_DIR,
     check_host,
@@ -293,7 +294,7 @@ class TeamRepo:
             present = [p for p in paths if os.path.lexists(self.root / p)]
             gone = [p for p in paths if p not in present]
             if present:
-                self.git.run("add", "--all", "--", *_literal(present), *EXCLUDE_HOST_LOCAL)
+                self._stage(_literal(present))
             if gone:
                 self.git.run(
                     "rm", "-r", "--quiet", "--cached", "--ignore-unmatch", "--", *_literal(gone)
@@ -568,7 +569,7 @@ class TeamRepo:
         }
         if seeded:
             self._write_manifest(self._work_manifest().changed(seeded))
-        self.git.run("add", "--all", "--", ".", *EXCLUDE_HOST_LOCAL)
+        self._stage(["."])
         message = change_message(JOINED, None, host=self.host, subject=f"library of {self.host}")
         self.git.run("commit", "--quiet", "--no-verify", "--file=-", input=message.encode())
         return self._head()
@@ -590,6 +591,22 @@ class TeamRepo:
         return True
 
     # -- small helpers -----------------------------------------------------------------------
+
+    def _stage(self, pathspecs: Sequence[str]) -> None:
+        """`git add --all` of `pathspecs`, host-local files left out whatever `.gitignore`
+        says. They are unstaged after the add rather than excluded in it: with an exclude
+        pathspec, git (2.39) silently skips a file inside a folder it does not track yet."""
+        self.git.run("add", "--all", "--", *pathspecs)
+        staged = self.git.run(
+            "diff", "--cached", "--name-only", "-z", "--no-renames", "--", *ONLY_HOST_LOCAL
+        ).stdout
+        local = [name.decode("utf-8", "surrogateescape") for name in staged.split(b"\0") if name]
+        if not local:
+            return
+        if self._head() is None:
+            self.git.run("rm", "--cached", "--quiet", "--", *_literal(local))
+        else:
+            self.git.run("reset", "--quiet", "--", *_literal(local))
 
     def _changed_paths(self) -> list[str]:
         status = self.git.run(
