@@ -228,6 +228,8 @@ class Library:
         self._lock_path = locks_dir / f"{spec.storage_key}.lock"
         self._lock_depth = 0
         self._lock_fd: int | None = None
+        #: Skill file -> (inode, size, mtime) -> its sha256, for counting the cap.
+        self._digests: dict[str, tuple[tuple[int, int, int], str]] = {}
         self._clock = clock
         self._log = get_logger("skilld.library")
 
@@ -284,8 +286,45 @@ class Library:
         return self.team.team_usage(local) if self.team is not None else local
 
     def managed_names(self) -> list[str]:
-        """Skills skilld wrote and nobody changed since, by hash (no frontmatter parsing)."""
-        return [e.name for e in self.entries(parse=False) if e.owner == "managed"]
+        """Skills skilld wrote and nobody changed since, by hash: what the cap counts.
+
+        Only the files skilld recorded are looked at, and a file's hash is kept while its
+        identity (inode, size, mtime) stays the same: the count costs a stat per managed skill,
+        not a read of the library, on every create. (Ownership before a change is always
+        decided on a fresh read: `entry`.)"""
+        expected: dict[str, set[str]] = {}
+        paths: dict[str, Path] = {}
+        for name, record in self.state.all_provenance(self.name).items():
+            expected[name] = {record.sha256, record.prev_sha256 or record.sha256}
+            paths[name] = Path(record.path)
+        if (team := self._team_manifest()) is not None:
+            for name, shared in team.skills.items():
+                expected.setdefault(name, set()).add(shared.sha256)
+                paths.setdefault(name, self.root / shared.path)
+        excluded = self._bundled_names() | self._hub_names()
+        archive = self.root / ARCHIVE_DIR
+        managed = []
+        for name, path in sorted(paths.items()):
+            inside = self.root in path.parents and archive not in path.parents
+            if name not in excluded and inside and self._digest(path) in expected[name]:
+                managed.append(name)
+        return managed
+
+    def _digest(self, path: Path) -> str | None:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._digests.get(str(path))
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        try:
+            digest = sha256_bytes(path.read_bytes())
+        except OSError:
+            return None
+        self._digests[str(path)] = (identity, digest)
+        return digest
 
     def _discover(self, *, include_extra: bool, parse: bool, only: str | None) -> list[SkillEntry]:
         bundled, hub = self._bundled_names(), self._hub_names()
