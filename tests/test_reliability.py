@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -152,28 +154,73 @@ class AsNobody(Workspace):
     """A workspace whose commands run as an unprivileged user (tests run as root, and root
     writes through permission bits)."""
 
+    pythonpath = ""
+
     def cli(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
         if not self.config_path.exists():
             self.write_config()
         drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
         return subprocess.run(
             [*drop, sys.executable, "-m", "skilld", *args],
-            env=self.env(HOME=str(self.root), **env),
+            env=self.env(HOME=str(self.root), PYTHONPATH=self.pythonpath, **env),
             capture_output=True,
             text=True,
             timeout=timeout,
         )
 
 
-@pytest.fixture
-def as_nobody() -> Iterator[AsNobody]:
+def runtime_distributions(name: str = "skilld") -> list[metadata.Distribution]:
+    """The installed distributions `name` needs at run time (no extras), itself excluded."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = [req for req in metadata.requires(name) or [] if "extra ==" not in req]
+    while todo:
+        requirement = re.split(r"[\s;<>=!~\[(]", todo.pop(), maxsplit=1)[0]
+        key = requirement.lower().replace("_", "-")
+        if key in found:
+            continue
+        try:
+            found[key] = metadata.distribution(requirement)
+        except metadata.PackageNotFoundError:
+            continue  # a requirement whose marker excludes this Python
+        todo.extend(req for req in found[key].requires or [] if "extra ==" not in req)
+    return list(found.values())
+
+
+@pytest.fixture(scope="module")
+def readable_runtime() -> Iterator[str]:
+    """A copy of skilld and what it imports in a folder anyone may read: the unprivileged
+    user cannot enter a CI checkout or virtual environment made by `mktemp -d`."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root to drop to an unprivileged user")
+    import skilld
+
+    folder = Path(tempfile.mkdtemp(prefix="skilld-runtime-"))
+    try:
+        folder.chmod(0o755)
+        tops = {Path(skilld.__file__).parent}
+        for dist in runtime_distributions():
+            for file in dist.files or []:
+                top = file.parts[0]
+                if top != ".." and not top.endswith((".dist-info", ".data", ".pth")):
+                    tops.add(Path(str(dist.locate_file(top))))
+        for top in tops:
+            copy = shutil.copytree if top.is_dir() else shutil.copy2
+            copy(top, folder / top.name)
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield str(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def as_nobody(readable_runtime: str) -> Iterator[AsNobody]:
     # Outside pytest's tmp dir, which only root may enter.
     root = Path(tempfile.mkdtemp(prefix="skilld-reliability-"))
     try:
         root.chmod(0o755)
         ws = AsNobody(root)
+        ws.pythonpath = readable_runtime
         for folder in (ws.skills, ws.sessions, ws.state):
             folder.mkdir()
         for path in (root, ws.skills, ws.sessions, ws.state):

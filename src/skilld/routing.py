@@ -16,7 +16,6 @@ dialect and layout come from the agent unless a `[[libraries]]` table says other
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -170,6 +169,8 @@ def storage_key(name: str) -> str:
     user, mark, root = name.partition(PROJECT_MARK)
     if not mark:
         return name
+    import hashlib  # project libraries only: OpenSSL's start-up is a hook's largest import
+
     slug = re.sub(r"[^a-z0-9]+", "-", Path(root).name.lower()).strip("-") or "root"
     digest = hashlib.sha256(root.encode("utf-8")).hexdigest()[:10]
     return f"{user}{PROJECT_MARK}{slug}-{digest}"

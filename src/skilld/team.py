@@ -9,8 +9,8 @@ fetches, replays this host's commits onto the remote and pushes; each conflict i
 
 from __future__ import annotations
 
+import os
 import re
-import socket
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ def host_id(configured: str) -> str:
     """This machine's id in the team: `[sync] host`, else the hostname made a usable id."""
     if configured:
         return configured
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", socket.gethostname()).strip("-._")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.uname().nodename).strip("-._")
     return (name or "host")[:63]
 
 

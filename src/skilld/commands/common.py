@@ -11,7 +11,7 @@ from skilld.errors import Failure, UsageError
 if TYPE_CHECKING:
     from skilld.skills.library import Origin
 
-__all__ = ["Failure", "Parser", "UsageError", "cli_origin", "print_json_line"]
+__all__ = ["Failure", "Parser", "UsageError", "cli_origin", "library_option", "print_json_line"]
 
 
 def cli_origin() -> Origin:
@@ -30,3 +30,9 @@ class Parser(argparse.ArgumentParser):
 
 def print_json_line(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def library_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--library", help="the library (default: the only one, or the one holding the skill)"
+    )

@@ -1,4 +1,4 @@
-"""`skilld skills …`, `skilld usage …` and `skilld events`: the libraries by hand.
+"""`skilld skills …` and `skilld events`: the libraries by hand.
 
 Every command that names a skill takes `--library NAME`; it may be left out when only one
 library is configured, or when exactly one library holds that skill.
@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import Parser, cli_origin, print_json_line
-from skilld.config import Config, parse_duration
+from skilld.commands.common import Parser, cli_origin, library_option, print_json_line
+from skilld.config import parse_duration
 from skilld.errors import Failure, UsageError
 
 if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` needs none
@@ -258,64 +257,6 @@ def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-# -- usage -----------------------------------------------------------------------------------
-
-
-def cmd_usage(config: Config, args: argparse.Namespace) -> int:
-    """One bump, for an agent's hook: it runs on every matching tool call, so it loads the
-    routing and the sidecar only (no state.db, no library). The library is `--library`, else
-    `$SKILLD_LIBRARY`, else the one whose dir holds the skill (the project's of the working
-    directory included), else the only one."""
-    from skilld.routing import (
-        choose_library,
-        project_library,
-        project_root,
-        requested_library,
-        resolve,
-    )
-    from skilld.skills.layout import find_skill_file
-    from skilld.skills.names import InvalidName, validate_name
-    from skilld.skills.usage import UsageStore
-
-    routing = resolve(config)
-    specs = {spec.name: spec for spec in routing.libraries.values()}
-    for spec in routing.libraries.values():
-        root = project_root(spec, os.getcwd())
-        if root is not None and spec.project_dir and (root / spec.project_dir).is_dir():
-            project = project_library(spec, root)
-            specs[project.name] = project
-    requested = requested_library(args.library)
-    holding = [
-        name
-        for name, spec in specs.items()
-        if requested is None and find_skill_file(spec.dir, args.name, recursive=spec.recursive)
-    ]
-    chosen = specs[
-        choose_library(
-            list(specs),
-            configured=len(routing.libraries),
-            requested=requested,
-            holding=holding,
-            skill=args.name,
-        )
-    ]
-    try:
-        validate_name(args.name, dialect=chosen.dialect)
-    except InvalidName as exc:
-        raise Failure(str(exc)) from None
-
-    def report_corrupt(copy: Path, reason: str) -> None:
-        # Rare: only then is state.db opened, to leave the event a person will look for.
-        from skilld.app import report_corrupt_usage
-        from skilld.state import StateDB
-
-        with StateDB(config.state.dir / "state.db") as state:
-            report_corrupt_usage(state, chosen.name, copy, reason)
-
-    UsageStore(chosen.dir, on_corrupt=report_corrupt).bump(args.name, args.kind)
-    return 0
-
-
 # -- events ----------------------------------------------------------------------------------
 
 
@@ -355,23 +296,17 @@ def cmd_events(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def _library_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--library", help="the library (default: the only one, or the one holding the skill)"
-    )
-
-
 def register(commands: Any) -> None:
     skills = commands.add_parser("skills", help="list, show and change skills")
     skill_commands = skills.add_subparsers(dest="command", required=True, parser_class=Parser)
     listing = skill_commands.add_parser("list", help="every skill with owner, state and usage")
     listing.add_argument("--json", action="store_true")
-    _library_option(listing)
+    library_option(listing)
     listing.set_defaults(handler=cmd_skills_list)
     show = skill_commands.add_parser("show", help="print a skill file and what it did")
     show.add_argument("name")
     show.add_argument("--json", action="store_true", help="the file, its owner and its effect")
-    _library_option(show)
+    library_option(show)
     show.set_defaults(handler=cmd_skills_show)
     write = skill_commands.add_parser("write", help="create or update a skill")
     write.add_argument("name")
@@ -381,7 +316,7 @@ def register(commands: Any) -> None:
     content.add_argument("--content-file", help="Markdown body from this file")
     content.add_argument("--content", help="Markdown body")
     write.add_argument("--force", action="store_true", help="take over a human-owned skill")
-    _library_option(write)
+    library_option(write)
     write.set_defaults(handler=cmd_skills_write)
     for name, handler, text in (
         ("delete", cmd_skills_delete, "delete a skill (its last version stays in history)"),
@@ -394,7 +329,7 @@ def register(commands: Any) -> None:
     ):
         sub = skill_commands.add_parser(name, help=text)
         sub.add_argument("name")
-        _library_option(sub)
+        library_option(sub)
         if name in ("delete", "archive", "rollback"):
             sub.add_argument("--force", action="store_true", help="also act on a human skill")
         if name == "rollback":
@@ -402,12 +337,6 @@ def register(commands: Any) -> None:
         if name == "history":
             sub.add_argument("--json", action="store_true")
         sub.set_defaults(handler=handler)
-
-    usage = commands.add_parser("usage", help="record a use, view or patch (for agent hooks)")
-    usage.add_argument("kind", choices=("use", "view", "patch"))
-    usage.add_argument("name")
-    _library_option(usage)
-    usage.set_defaults(handler=cmd_usage, needs_app=False)
 
     events = commands.add_parser("events", help="the event log, oldest first")
     events.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -196,6 +195,8 @@ def _external(name: str, digest: str | None) -> Owner:
 
 
 def sha256_bytes(data: bytes) -> str:
+    import hashlib  # on a cache miss only: OpenSSL's start-up is costly for one-shot commands
+
     return hashlib.sha256(data).hexdigest()
 
 

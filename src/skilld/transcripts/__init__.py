@@ -7,29 +7,15 @@ signals `skill_signals` derives from a read. Each source kind lives in its own m
 named `_*` are internal to this package.
 """
 
-from skilld.transcripts.model import (
-    Cursor,
-    Message,
-    Role,
-    ScanResult,
-    SessionRead,
-    Source,
-    ToolCall,
-)
-from skilld.transcripts.normalise import cut_text
-from skilld.transcripts.registry import build_source
-from skilld.transcripts.signals import SkillSignal, skill_signals
+from skilld import lazy_exports
 
-__all__ = [
-    "Cursor",
-    "Message",
-    "Role",
-    "ScanResult",
-    "SessionRead",
-    "SkillSignal",
-    "Source",
-    "ToolCall",
-    "build_source",
-    "cut_text",
-    "skill_signals",
-]
+_EXPORTS = {
+    **dict.fromkeys(
+        ["Cursor", "Message", "Role", "ScanResult", "SessionRead", "Source", "ToolCall"], "model"
+    ),
+    "cut_text": "normalise",
+    "build_source": "registry",
+    **dict.fromkeys(["SkillSignal", "skill_signals"], "signals"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
