@@ -47,6 +47,8 @@ class Workspace:
     llm_url: str = "http://127.0.0.1:9/v1"
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
+    #: `[[libraries]]` tables; with them there is no `[skills] dir` (each names its own).
+    libraries: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def skills(self) -> Path:
@@ -83,12 +85,18 @@ class Workspace:
             },
             "log": {"format": "json", "level": "info"},
         }
+        if self.libraries:
+            del sections["skills"]
         for name, values in self.settings.items():
             sections.setdefault(name, {}).update(values)
         lines = []
         for name, values in sections.items():
             lines.append(f"[{name}]")
             lines.extend(f"{key} = {_toml(value)}" for key, value in values.items())
+            lines.append("")
+        for library in self.libraries:
+            lines.append("[[libraries]]")
+            lines.extend(f"{key} = {_toml(value)}" for key, value in library.items())
             lines.append("")
         sources = self.sources or [{"kind": "jsonl", "path": str(self.sessions)}]
         for source in sources:

@@ -51,14 +51,18 @@ def skill_reply(
     *,
     description: str | None = None,
     when: str = "When the tests fail.",
+    reason: str = "A reusable procedure.",
+    **extra: str,
 ) -> Reply:
+    """An evolve reply; `extra` adds keys (e.g. `scope`)."""
     payload = {
         "evolve": True,
         "name": name,
         "description": description or f"How to {name.replace('-', ' ')}.",
         "whenToUse": when,
         "content": content,
-        "reason": "A reusable procedure.",
+        "reason": reason,
+        **extra,
     }
     return Reply(body=completion(json.dumps(payload)))
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from skilld.app import App, open_app, routing_of
+from skilld.app import App, open_app
 from skilld.config import Config, build_config, load_config
-from skilld.curator.lifecycle import Candidate, Thresholds, decide, plan_pass
+from skilld.curator._lifecycle import LiveSkill, Thresholds, decide, plan_pass
 from skilld.curator.passes import DISABLED_KEY, LAST_RUN_KEY, run_lifecycle
 from skilld.curator.schedule import ScheduledCurator, curate, schedule_decision
 from skilld.daemon import Daemon
+from skilld.routing import resolve
 from skilld.skills.document import SkillDoc, parse_skill
 from skilld.skills.library import Library, Origin
 from skilld.skills.usage import UsageStore, format_timestamp, new_record
@@ -64,7 +65,7 @@ def make_config(tmp_path: Path, **curator: Any) -> Config:
 def clocked_app(config: Config, clock: Clock) -> Iterator[App]:
     state = StateDB(config.state.dir / "state.db", clock=lambda: clock().timestamp())
     usage = UsageStore(config.skills.dir, clock=clock)
-    routing = routing_of(config)
+    routing = resolve(config)
     library = Library(
         routing.libraries["default"],
         state,
@@ -126,50 +127,50 @@ def record(**fields: Any) -> dict[str, Any]:
 
 def test_decide_ages_from_latest_activity_else_created_at_else_provenance() -> None:
     used = record(last_used_at=format_timestamp(T0 + timedelta(days=20)))
-    assert decide(Candidate("a", "managed", used), T0 + timedelta(days=49), THRESHOLDS) is None
-    stale = decide(Candidate("a", "managed", used), T0 + timedelta(days=51), THRESHOLDS)
+    assert decide(LiveSkill("a", "managed", used), T0 + timedelta(days=49), THRESHOLDS) is None
+    stale = decide(LiveSkill("a", "managed", used), T0 + timedelta(days=51), THRESHOLDS)
     assert stale is not None and (stale.kind, stale.to_state) == ("stale", "stale")
     assert stale.anchor == T0 + timedelta(days=20) and stale.age_days == 31
 
-    assert decide(Candidate("b", "managed", record()), T0 + timedelta(days=30), THRESHOLDS) is None
-    archived = decide(Candidate("b", "managed", record()), T0 + timedelta(days=91), THRESHOLDS)
+    assert decide(LiveSkill("b", "managed", record()), T0 + timedelta(days=30), THRESHOLDS) is None
+    archived = decide(LiveSkill("b", "managed", record()), T0 + timedelta(days=91), THRESHOLDS)
     assert archived is not None and archived.kind == "archived"
 
-    orphan = Candidate("c", "managed", None, provenance_created_at=T0)
+    orphan = LiveSkill("c", "managed", None, provenance_created_at=T0)
     moved = decide(orphan, T0 + timedelta(days=31), THRESHOLDS)
     assert moved is not None and moved.anchor == T0
-    assert decide(Candidate("d", "managed", None), T0 + timedelta(days=400), THRESHOLDS) is None
+    assert decide(LiveSkill("d", "managed", None), T0 + timedelta(days=400), THRESHOLDS) is None
 
 
 def test_decide_stale_reactivates_on_activity_and_stays_stale_otherwise() -> None:
     now = T0 + timedelta(days=60)
     quiet = record(state="stale")
-    assert decide(Candidate("a", "managed", quiet), now, THRESHOLDS) is None
+    assert decide(LiveSkill("a", "managed", quiet), now, THRESHOLDS) is None
     busy = record(state="stale", last_viewed_at=format_timestamp(now - timedelta(hours=1)))
-    back = decide(Candidate("a", "managed", busy), now, THRESHOLDS)
+    back = decide(LiveSkill("a", "managed", busy), now, THRESHOLDS)
     assert back is not None and (back.kind, back.to_state, back.from_state) == (
         "reactivated",
         "active",
         "stale",
     )
-    returned = decide(Candidate("a", "managed", record(state="archived")), now, THRESHOLDS)
+    returned = decide(LiveSkill("a", "managed", record(state="archived")), now, THRESHOLDS)
     assert returned is not None and returned.kind == "reactivated" and returned.refresh_anchor
 
 
 @pytest.mark.parametrize("owner", ["human", "bundled", "hub", "external"])
 def test_decide_leaves_other_owners_and_pins_alone(owner: str) -> None:
     ancient = T0 + timedelta(days=1000)
-    assert decide(Candidate("a", owner, record()), ancient, THRESHOLDS) is None
-    assert decide(Candidate("a", "managed", record(pinned=True)), ancient, THRESHOLDS) is None
+    assert decide(LiveSkill("a", owner, record()), ancient, THRESHOLDS) is None
+    assert decide(LiveSkill("a", "managed", record(pinned=True)), ancient, THRESHOLDS) is None
 
 
 def test_plan_rewrites_only_where_wanted_and_dialect_allows() -> None:
     now = T0 + timedelta(days=40)
     candidates = [
-        Candidate("going-stale", "managed", record()),
-        Candidate("still-stale", "managed", record(state="stale")),
-        Candidate("fresh", "managed", record(last_used_at=format_timestamp(now))),
-        Candidate("was-hidden", "managed", record(last_used_at=format_timestamp(now))),
+        LiveSkill("going-stale", "managed", record()),
+        LiveSkill("still-stale", "managed", record(state="stale")),
+        LiveSkill("fresh", "managed", record(last_used_at=format_timestamp(now))),
+        LiveSkill("was-hidden", "managed", record(last_used_at=format_timestamp(now))),
     ]
     plan = plan_pass(
         candidates, now, THRESHOLDS, disabled={"still-stale", "was-hidden"}, disable_stale=True

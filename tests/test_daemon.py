@@ -230,13 +230,26 @@ def test_status_check_and_json(workspace: Workspace, fake_llm: FakeLLM) -> None:
     workspace.add_session("s1", conversation())
     fake_llm.push(skill_reply("status-skill"))
     assert workspace.cli("once").returncode == 0
-    result = workspace.cli("status", "--json", "--check")
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = json.loads(workspace.cli("status", "--json").stdout)
     assert report["sessions_tracked"] == 1
     assert report["skills_managed"] == 1
     assert report["last_tick"]["outcomes"] == {"created": 1}
     assert report["llm"]["circuit"] == "closed"
+    # `once` beats the heart, but no daemon runs: not healthy.
+    once_only = workspace.cli("status", "--check")
+    assert once_only.returncode == 1 and "no daemon is running" in once_only.stderr
+    daemon = workspace.popen("run")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            result = workspace.cli("status", "--json", "--check")
+            if result.returncode == 0:
+                break
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["daemon_pid"] == daemon.pid
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
 
 
 def test_llm_failure_is_an_error_event_visible_in_status(workspace: Workspace) -> None:

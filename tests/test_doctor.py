@@ -19,7 +19,7 @@ import pytest
 import structlog
 
 from skilld import cli
-from skilld.commands.ops import toml_value
+from skilld.commands._doctor import toml_value
 from skilld.config import build_config, load_config
 from tests.campaigns.harness import shared_tmp_dir, unprivileged
 from tests.conftest import Workspace

@@ -425,6 +425,11 @@ def test_metadata_values_are_coerced_to_text() -> None:
     }
 
 
+def test_nested_metadata_of_other_agents_is_read_as_json_text() -> None:
+    source = "---\nname: a\ndescription: d\nmetadata:\n  hermes:\n    tags: [x, y]\n---\nb\n"
+    assert dict(parse_skill(source).metadata) == {"hermes": '{"tags": ["x", "y"]}'}
+
+
 def test_an_all_digit_name_is_read_as_text() -> None:
     assert parse_skill("---\nname: 2048\ndescription: d\n---\nb\n").name == "2048"
 
@@ -482,7 +487,6 @@ def test_agentskills_splits_at_the_first_marker() -> None:
         ("---\nname: a\ndescription: 5\n---\nb\n", "'description' must be a string, not int"),
         ("---\nname: a\ndescription: d\nwhenToUse: [x]\n---\nb\n", "'whenToUse' must be a"),
         ("---\nname: a\ndescription: d\nmetadata: [x]\n---\nb\n", "'metadata' must be a mapping"),
-        ("---\nname: a\ndescription: d\nmetadata: {k: [1]}\n---\nb\n", "metadata 'k' must be"),
         (
             "---\nname: a\ndescription: d\ndisable-model-invocation: maybe\n---\nb\n",
             "'disable-model-invocation' must be true or false",

@@ -842,7 +842,7 @@ def test_same_session_in_two_files_is_read_once(root: Path) -> None:
 
 
 def test_default_sessions_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from skilld.transcripts.registry import default_path
+    from skilld.routing import default_path
 
     monkeypatch.setenv("DSH_HOME", str(tmp_path))
     assert default_path("dsh") == tmp_path / "sessions"
@@ -1042,3 +1042,16 @@ def test_frame_end_rejects_non_frames() -> None:
     with pytest.raises(FrameFormatError):
         frame_end(b"not a frame", 0)
     assert frame_end(b"\x28\xb5", 0) is None
+
+
+def test_versioned_session_files_of_newer_dsh_releases_are_read(tmp_path: Path) -> None:
+    """DSH 0.1.5 names its file `session.v3.jsonl.zstd`, 0.2.x `session.v4.jsonl.zstd`."""
+    for version, compressed in (("v3", True), ("v4", True), ("v4", False)):
+        root = tmp_path / f"{version}-{compressed}"
+        session = DshSession(root, f"session-{version}", compressed=compressed)
+        session.append(session.user("hello"), session.turn_end())
+        suffix = ".jsonl.zstd" if compressed else ".jsonl"
+        session.path.rename(session.path.with_name(f"session.{version}{suffix}"))
+        read = only_read(DshSource(root).scan({}))
+        assert read.session == f"dsh:session-{version}"
+        assert [m.text for m in read.messages if m.role == "user"] == ["hello"]

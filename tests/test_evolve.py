@@ -303,7 +303,7 @@ async def test_review_mode_stages_then_approve_writes(loop: Loop) -> None:
     loop.llm.push(skill_reply("reviewed"))
     assert await loop.tick() == {"staged": 1}
     queue = ReviewQueue(loop.app.config.state.dir / "pending")
-    ((_, item),) = queue.list()
+    ((_, item),) = queue.staged()
     assert (item.name, item.library) == ("reviewed", "default")
     assert loop.app.library.apply(item.doc(), loop.evolver_origin).kind == "created"
 

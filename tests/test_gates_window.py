@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skilld.evolve.gates import (
-    Deferred,
+from skilld.evolve._gates import (
     GateSettings,
     Ready,
+    Waiting,
     decide,
     held_after_append,
     held_after_consume,
@@ -39,13 +39,13 @@ def gate(messages: Sequence[Message], *, last_reflect_at: float | None, now: flo
 
 
 def test_gates_in_order() -> None:
-    assert gate([], last_reflect_at=None, now=0) == Deferred("nothing new")
-    assert gate([USER, CALL, RESULT], last_reflect_at=None, now=0) == Deferred(
+    assert gate([], last_reflect_at=None, now=0) == Waiting("nothing new")
+    assert gate([USER, CALL, RESULT], last_reflect_at=None, now=0) == Waiting(
         "turn not finished", retry_at=600
     )
-    assert gate([ANSWER], last_reflect_at=None, now=0) == Deferred("too few messages")
+    assert gate([ANSWER], last_reflect_at=None, now=0) == Waiting("too few messages")
     turn = [USER, CALL, RESULT, ANSWER]
-    assert gate(turn, last_reflect_at=950, now=1000) == Deferred("cooling down", retry_at=1050)
+    assert gate(turn, last_reflect_at=950, now=1000) == Waiting("cooling down", retry_at=1050)
     assert gate(turn, last_reflect_at=900, now=1000) == Ready(4)
 
 
@@ -56,7 +56,7 @@ def test_window_ends_at_the_last_finished_turn() -> None:
 def test_a_turn_that_never_finishes_is_released_after_the_timeout() -> None:
     # The agent was killed mid-turn: it will never write the end of it.
     crashed = [USER, CALL, RESULT, USER, CALL]
-    assert gate(crashed, last_reflect_at=None, now=599) == Deferred(
+    assert gate(crashed, last_reflect_at=None, now=599) == Waiting(
         "turn not finished", retry_at=600
     )
     assert gate(crashed, last_reflect_at=None, now=600) == Ready(5)

@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 
+from skilld.config import SOURCE_KINDS
+from skilld.routing import default_path
 from skilld.transcripts._filesource import SessionFile, Whereabouts, may_forget, settle_keys
 from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
 from skilld.transcripts.hermes import HermesSource
 from skilld.transcripts.jsonl import JsonlSource
 from skilld.transcripts.model import Message, ScanResult, SessionRead, Source
-from skilld.transcripts.registry import SOURCE_KINDS, build_source, default_path
+from skilld.transcripts.registry import build_source
 from skilld.transcripts.signals import SkillSignal
 
 # --------------------------------------------------------------------------- helpers
@@ -1172,11 +1174,19 @@ def test_registry_imports_dsh_only_when_asked(tmp_path: Path) -> None:
 def test_default_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("DSH_HOME", raising=False)
+    for variable in ("HERMES_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME"):
+        monkeypatch.delenv(variable, raising=False)
     assert default_path("claude-code") == tmp_path / ".claude" / "projects"
     assert default_path("codex") == tmp_path / ".codex" / "sessions"
     assert default_path("hermes") == tmp_path / ".hermes" / "state.db"
     assert default_path("dsh") == tmp_path / ".dsh" / "sessions"
     monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh-home"))
     assert default_path("dsh") == tmp_path / "dsh-home" / "sessions"
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes-home"))
+    assert default_path("hermes") == tmp_path / "hermes-home" / "state.db"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-home"))
+    assert default_path("claude-code") == tmp_path / "claude-home" / "projects"
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
+    assert default_path("codex") == tmp_path / "codex-home" / "sessions"
     with pytest.raises(ValueError, match="no default path"):
         default_path("jsonl")

@@ -136,7 +136,7 @@ def test_schema_1_is_migrated_with_its_held_messages_and_provenance(tmp_path: Pa
         assert session is not None and session.held.start == 4 and session.held.count == 2
         assert session.held.conversational == -1  # summarised from its rows on first use
         assert [m["text"] for m in db.held_messages("jsonl:a", 4, 6)] == ["one", "two"]
-        assert db.adopt_provenance("default", Path("/skills")) == ["fix"]
+        assert db.adopt_provenance("default", Path("/skills"), [""]) == [("", "fix")]
         assert db.provenance("default", "fix") is not None
 
 

@@ -9,14 +9,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from skilld.config import Config
-from skilld.errors import UsageError
-from skilld.routing import PROJECT_MARK, LibrarySpec, Routing, project_library, resolve
+from skilld.errors import ConfigError, UsageError
+from skilld.routing import (
+    PROJECT_MARK,
+    LibrarySpec,
+    Routing,
+    choose_library,
+    project_library,
+    requested_library,
+    resolve,
+    storage_key,
+)
 from skilld.skills.library import Library
 from skilld.skills.usage import UsageStore
 from skilld.state import StateDB
-
-#: An agent names its own library in the environment it starts skilld with.
-LIBRARY_ENV = "SKILLD_LIBRARY"
 
 
 @dataclass
@@ -69,58 +75,58 @@ class App:
         """The library a command acts on: `name` (`--library`), else `$SKILLD_LIBRARY` (an
         agent's hook or MCP entry names its own), else the one that holds `skill`, else the
         only one. Raises UsageError listing the choices."""
-        name = name or os.environ.get(LIBRARY_ENV) or None
-        candidates = self.all_libraries()
-        if name is not None:
-            for library in candidates:
-                if library.name == name:
-                    return library
-            known = ", ".join(library.name for library in candidates) or "none"
-            raise UsageError(f"no library named {name!r} (known: {known})")
-        if len(self.libraries) == 1 and not skill:
-            return self.library
-        if skill is not None:
+        requested = requested_library(name)
+        candidates = {library.name: library for library in self.all_libraries()}
+        holding = []
+        if requested is None and skill is not None:
             holding = [
-                library
-                for library in candidates
-                if library.entry(skill) is not None or skill in library.archived()
+                library.name
+                for library in candidates.values()
+                if library.entry(skill, parse=False) is not None or skill in library.archived()
             ]
-            if len(holding) == 1:
-                return holding[0]
-            if len(holding) > 1:
-                names = ", ".join(library.name for library in holding)
-                raise UsageError(f"{skill} is in several libraries ({names}); add --library NAME")
-            if len(self.libraries) == 1:
-                return self.library
-        known = ", ".join(library.name for library in candidates) or "none"
-        if not candidates:
-            raise UsageError("no library is configured and no agent was found on this machine")
-        raise UsageError(f"which library? add --library NAME (one of: {known})")
-
-
-def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
-    def report_corrupt_usage(copy: Path, reason: str) -> None:
-        state.add_event(
-            "usage_corrupt",
-            library=spec.name,
-            reason=reason,
-            detail={"copied_to": str(copy), "file": str(spec.dir / ".usage.json")},
+        chosen = choose_library(
+            list(candidates),
+            configured=len(self.libraries),
+            requested=requested,
+            holding=holding,
+            skill=skill,
         )
+        return candidates[chosen]
 
-    return Library(
-        spec,
-        state,
-        UsageStore(spec.dir, on_corrupt=report_corrupt_usage),
-        history_dir=config.state.dir / "history" / f"{PROJECT_MARK}{spec.storage_key}",
-        locks_dir=config.state.dir / "locks",
+
+def report_corrupt_usage(state: StateDB, library: str, copy: Path, reason: str) -> None:
+    """The event a person looks for when a `.usage.json` was found corrupt and rebuilt."""
+    state.add_event(
+        "usage_corrupt",
+        library=library,
+        reason=reason,
+        detail={"copied_to": str(copy), "file": str(copy.parent / ".usage.json")},
     )
 
 
-def routing_of(config: Config) -> Routing:
-    """The libraries and routes of `config` on this machine. Raises ConfigError."""
-    from skilld.transcripts.registry import default_sources
+def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
+    def on_corrupt(copy: Path, reason: str) -> None:
+        report_corrupt_usage(state, spec.name, copy, reason)
 
-    return resolve(config, detected_sources=default_sources)
+    team = None
+    if spec.remote:
+        from skilld.sync import TeamRepo
+        from skilld.team import host_id
+
+        try:
+            team = TeamRepo(
+                spec.dir, spec.remote, host=host_id(config.sync.host), branch=spec.branch
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc), f"libraries.{spec.name}.remote") from None
+    return Library(
+        spec,
+        state,
+        UsageStore(spec.dir, on_corrupt=on_corrupt),
+        team=team,
+        history_dir=config.state.dir / "history" / f"{PROJECT_MARK}{spec.storage_key}",
+        locks_dir=config.state.dir / "locks",
+    )
 
 
 @contextlib.contextmanager
@@ -128,14 +134,20 @@ def open_app(
     config: Config, *, prepare: bool = False, project_home: Path | None = None
 ) -> Iterator[App]:
     """Open the state and the libraries; `prepare` also creates dirs and removes stray temps."""
-    routing = routing_of(config)
+    routing = resolve(config)
     state = StateDB(config.state.dir / "state.db")
     try:
         libraries = {
             name: _library(config, state, spec) for name, spec in routing.libraries.items()
         }
+        orphans = [
+            name
+            for name in state.library_names()
+            if name not in libraries and name.partition(PROJECT_MARK)[0] not in libraries
+        ]
         for library in libraries.values():
-            _adopt_legacy(state, library, config.state.dir / "history")
+            if orphans:
+                _adopt(state, library, orphans, config.state.dir / "history")
             if prepare:
                 library.root.mkdir(parents=True, exist_ok=True)
                 library.prepare()
@@ -144,12 +156,14 @@ def open_app(
         state.close()
 
 
-def _adopt_legacy(state: StateDB, library: Library, history_root: Path) -> None:
-    """Skills skilld wrote before libraries existed belong to the library that holds them;
-    their saved versions move into that library's history."""
-    for name in state.adopt_provenance(library.name, library.root):
-        legacy = history_root / name
-        if legacy.is_dir() and not (library.history_dir / name).exists():
+def _adopt(state: StateDB, library: Library, orphans: list[str], history_root: Path) -> None:
+    """Skills skilld wrote into this library's folder under another library's name (one no
+    longer configured, or none: before libraries existed) are this library's; their saved
+    versions move into its history."""
+    for orphan, name in state.adopt_provenance(library.name, library.root, orphans):
+        old_history = history_root / (f"{PROJECT_MARK}{storage_key(orphan)}" if orphan else "")
+        saved = old_history / name
+        if saved.is_dir() and not (library.history_dir / name).exists():
             library.history_dir.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):
-                os.replace(legacy, library.history_dir / name)
+                os.replace(saved, library.history_dir / name)

@@ -7,38 +7,72 @@ handler takes `(app, args)` (an opened App) or, with `needs_app=False`, `(config
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from skilld import __version__
-from skilld.app import App, open_app
-from skilld.commands import curate, daemon, mcp, ops, replay, skills
 from skilld.commands.common import Parser
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, SkilldError
 from skilld.log import configure_logging
 
-COMMAND_MODULES = (daemon, skills, ops, replay, curate, mcp)
+if TYPE_CHECKING:
+    from skilld.app import App
 
-Handler = Callable[[App, argparse.Namespace], int]
+#: Each top-level command and the `skilld.commands` module that registers it. A command line
+#: that names one builds that module's parsers only: a hook's `skilld usage use` imports no
+#: other command module (tests/test_cli.py checks this table against the modules).
+GROUPS: dict[str, str] = {
+    "run": "daemon",
+    "once": "daemon",
+    "status": "daemon",
+    "review": "daemon",
+    "skills": "skills",
+    "usage": "usage",
+    "events": "skills",
+    "doctor": "ops",
+    "config": "ops",
+    "replay": "replay",
+    "curate": "curate",
+    "mcp": "mcp",
+    "sync": "sync",
+}
+
+Handler = Callable[["App", argparse.Namespace], int]
 
 #: Long-running commands whose log lines are the operator's view of what happens.
 DAEMON_GROUPS = frozenset({"run", "once", "replay", "mcp"})
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`'s command, or for every command when `argv` names none (help,
+    a mistyped command: argparse then lists them all)."""
     parser = Parser(prog="skilld", description="Learn reusable skills from agent sessions.")
     parser.add_argument("--version", action="version", version=f"skilld {__version__}")
     parser.add_argument("--config", help="config file (else $SKILLD_CONFIG, XDG, defaults)")
     commands = parser.add_subparsers(dest="group", required=True, parser_class=Parser)
-    for module in COMMAND_MODULES:
-        module.register(commands)
+    group = _named_group(argv or ())
+    for module in [GROUPS[group]] if group else dict.fromkeys(GROUPS.values()):
+        importlib.import_module(f"skilld.commands.{module}").register(commands)
     return parser
 
 
+def _named_group(argv: Iterable[str]) -> str | None:
+    """The command `argv` runs: its first word that is no option or `--config`'s value."""
+    words = iter(argv)
+    for word in words:
+        if word == "--config":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in GROUPS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -53,10 +87,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_handler(config: Config, args: argparse.Namespace) -> int:
-    if not getattr(args, "needs_app", True):
-        return args.handler(config, args)
-    handler: Handler = args.handler
+    """Run the command's handler; every error skilld raises on purpose becomes its one-line
+    message and its exit code."""
     try:
+        if not getattr(args, "needs_app", True):
+            return int(args.handler(config, args))
+        from skilld.app import open_app  # the libraries: not for commands that need no app
+
+        handler: Handler = args.handler
         with open_app(config) as app:
             return handler(app, args)
     except ConfigError as exc:

@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from skilld.errors import ConfigError
 
-Origin = Literal["default", "file", "env"]
+ValueOrigin = Literal["default", "file", "env"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -125,9 +125,13 @@ class StateConfig:
     dir: Path = field(default_factory=default_state_dir)
 
 
+SourceKind = Literal["jsonl", "dsh", "claude-code", "codex", "hermes"]
+SOURCE_KINDS: tuple[str, ...] = get_args(SourceKind)
+
+
 @dataclass(frozen=True)
 class SourceConfig:
-    kind: Literal["jsonl", "dsh", "claude-code", "codex", "hermes"]
+    kind: SourceKind
     path: Path | None = None
     glob: str = ""
     include_subagents: bool = False
@@ -240,7 +244,7 @@ class Config:
     #: Where the file came from (None: built-in defaults only).
     path: Path | None = None
     #: "section.key" -> where its value came from.
-    origins: Mapping[str, Origin] = field(default_factory=dict)
+    origins: Mapping[str, ValueOrigin] = field(default_factory=dict)
 
 
 SECTIONS: dict[str, type] = {
@@ -299,7 +303,7 @@ def build_config(
 ) -> Config:
     environ = {} if environ is None else environ
     base = path.parent.resolve() if path is not None else Path.cwd()
-    origins: dict[str, Origin] = {}
+    origins: dict[str, ValueOrigin] = {}
     known = {*SECTIONS, *ARRAYS}
     for name in raw:
         if name not in known:
@@ -315,7 +319,7 @@ def build_config(
             cls, name, table, env_values.get(name, {}), base=base, origins=origins
         )
 
-    arrays: dict[str, tuple[Any, ...]] = {}
+    arrays: dict[str, Any] = {}
     for name, cls in ARRAYS.items():
         tables = raw.get(name, [])
         if not isinstance(tables, list):
@@ -353,7 +357,7 @@ def _build_section(
     env: Mapping[str, str],
     *,
     base: Path,
-    origins: dict[str, Origin],
+    origins: dict[str, ValueOrigin],
 ) -> Any:
     if not isinstance(table, Mapping):
         raise ConfigError("must be a table", section)
@@ -365,6 +369,7 @@ def _build_section(
     values: dict[str, Any] = {}
     for name, spec in fields.items():
         dotted = f"{section}.{name}"
+        origin: ValueOrigin
         if name in env:
             value, origin = _from_env(env[name], hints[name], dotted), "env"
         elif name in table:

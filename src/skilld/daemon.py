@@ -27,7 +27,9 @@ from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
 from skilld.log import configure_logging, get_logger
 from skilld.notify import Notifier
+from skilld.routing import resolve
 from skilld.state import DaemonLock
+from skilld.team import record_round, set_up, sync_round, team_libraries
 
 #: Hook the curator registers: (app, llm, now) -> None, run inside the loop when due.
 CuratorPass = Callable[[App, LLMClient], Any]
@@ -72,6 +74,9 @@ class Daemon:
         self._stopping_announced = False
 
     async def run(self, *, once: bool = False) -> DaemonResult:
+        # Libraries that do not resolve are bad usage: said here, plainly, not from inside the
+        # task group below (which would wrap the ConfigError into a traceback).
+        resolve(self.config)
         lock = DaemonLock(self.config.state.dir)
         lock.acquire()  # StateError names the holder; the CLI turns it into exit 2
         try:
@@ -90,12 +95,15 @@ class Daemon:
                 await signal_group.start(self._watch_signals)
             while True:
                 with open_app(self.config, prepare=True) as app:
+                    self._set_up_teams(app)
                     spent = app.state.get_meta(SPEND_KEY, [])
                     async with LLMClient(llm_settings(self.config), spent=spent) as llm:
                         evolver = Evolver(app, llm, bind_sources(self.config, app.routing))
                         async with anyio.create_task_group() as group:
                             if not once:
                                 group.start_soon(self._heartbeat, app)
+                                if team_libraries(app):
+                                    group.start_soon(self._sync_loop, app)
                                 if self.notifier.watchdog_interval:
                                     group.start_soon(self._watchdog)
                             self.notifier.ready("first tick scheduled")
@@ -114,6 +122,23 @@ class Daemon:
             signal_group.cancel_scope.cancel()
         self._announce_stopping()
         return DaemonResult(1 if once and failed else 0, ticks)
+
+    def _set_up_teams(self, app: App) -> None:
+        """Team libraries become work trees of their remotes (no network); what needs a person
+        is an error event with its repair command, and learning goes on locally."""
+        for library in team_libraries(app):
+            for problem in set_up(library):
+                self.log.error("sync_setup_problem", library=library.name, problem=problem)
+                app.state.add_event("error", library=library.name, source="sync", reason=problem)
+
+    async def _sync_loop(self, app: App) -> None:
+        """Every `sync.interval_seconds`, one round per team library; git runs in a thread so
+        a slow remote never holds up a tick."""
+        while True:
+            for library in team_libraries(app):
+                report = await anyio.to_thread.run_sync(sync_round, library)
+                record_round(library, app.state, report)
+            await anyio.sleep(self.config.sync.interval_seconds)
 
     async def _one_tick(self, evolver: Evolver, app: App, llm: LLMClient) -> bool:
         with anyio.CancelScope() as scope:
@@ -145,6 +170,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             config = self.reload_config()
+            resolve(config)  # libraries that do not resolve are refused like bad TOML
         except ConfigError as exc:
             self.log.error("reload_failed", error=str(exc), kept="previous configuration")
             return

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +43,7 @@ def fsync_dir(directory: Path) -> None:
 
 def temp_name(name: str) -> str:
     """A temp file name beside `name`, carrying the writer's pid (see `remove_stray_temps`)."""
-    return f".{name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(6)}"
+    return f".{name}{TEMP_MARKER}{os.getpid()}-{os.urandom(6).hex()}"
 
 
 def atomic_write(path: Path, data: bytes | str, *, mode: int = FILE_MODE) -> None:

@@ -23,9 +23,9 @@ from typing import Any, Final, Literal, Self
 
 import anyio
 import httpx
-import structlog
 
 from skilld import __version__
+from skilld.log import get_logger
 
 ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "none"]
 FormatLevel = Literal["json_schema", "json_object", "none"]
@@ -64,7 +64,7 @@ _CIRCUIT_KINDS: Final[frozenset[str]] = frozenset(
 _HOUR_SECONDS: Final = 3600.0
 _SERVER_MESSAGE_LIMIT: Final = 200
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -496,13 +496,13 @@ class LLMClient:
                         self._format_confirmed = False
                     level = fallback
                     continue
-            error = error_for_status(response.status_code, server_message)
-            if not error.retryable:
-                raise error
+            failure = error_for_status(response.status_code, server_message)
+            if not failure.retryable:
+                raise failure
             if retries_used >= self.settings.max_retries:
-                raise self._exhausted(error, attempts)
+                raise self._exhausted(failure, attempts)
             retry_after = parse_retry_after(response.headers, time.time())
-            await self._wait_before_retry(retries_used, retry_after, error)
+            await self._wait_before_retry(retries_used, retry_after, failure)
             retries_used += 1
 
     async def _send(self, body: dict[str, Any]) -> httpx.Response:

@@ -90,7 +90,7 @@ class SkillTools:
 
     def list(self) -> dict[str, Any]:
         with self._library() as library:
-            records = library.usage.read()
+            records = library.usage_records()
             skills = []
             for entry in library.discover():
                 row = report_row(entry.name, records.get(entry.name) or {})

@@ -1,4 +1,4 @@
-"""Where skills land (DESIGN.md §9): the libraries, and which library each source feeds.
+"""Where skills land (docs/design.md): the libraries, and which library each source feeds.
 
 A library is one skills dir with its dialect, layout, cap, name prefix, ownership, history and
 usage sidecar. Resolution is a pure function of the configuration and the agents found on this
@@ -16,15 +16,21 @@ dialect and layout come from the agent unless a `[[libraries]]` table says other
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from skilld.config import Config, LibraryConfig, SourceConfig, dsh_home, hermes_home
-from skilld.errors import ConfigError
+from skilld.config import (
+    SOURCE_KINDS,
+    Config,
+    LibraryConfig,
+    SourceConfig,
+    dsh_home,
+    hermes_home,
+)
+from skilld.errors import ConfigError, UsageError
 
 #: The name of the single library of a `[skills] dir` configuration.
 DEFAULT_LIBRARY = "default"
@@ -32,19 +38,17 @@ DEFAULT_LIBRARY = "default"
 PROJECT_MARK = "@"
 
 
-def claude_home() -> Path:
-    value = os.environ.get("CLAUDE_CONFIG_DIR")
-    return Path(value) if value else Path.home() / ".claude"
-
-
-def agents_home() -> Path:
-    return Path.home() / ".agents"
+def _env_home(variable: str, fallback: str) -> Path:
+    value = os.environ.get(variable)
+    return Path(value).expanduser() if value else Path.home() / fallback
 
 
 @dataclass(frozen=True, slots=True)
 class AgentDefaults:
-    """What an agent loads: its library's name, dir, dialect and project skills dir."""
+    """Where an agent keeps its sessions, and the library it loads: its name, dir, dialect
+    and project skills dir."""
 
+    sessions: Callable[[], Path]
     library: str
     dir: Callable[[], Path]
     dialect: str
@@ -53,20 +57,60 @@ class AgentDefaults:
     recursive: bool = False
 
 
-#: Source kind -> the library its agent loads (see the README's "Configure for your agent").
+#: Source kind -> where its agent writes sessions and which library it loads (see the README's
+#: "Configure for your agent" for what each agent reads).
 AGENTS: Mapping[str, AgentDefaults] = {
-    "dsh": AgentDefaults("dsh", lambda: dsh_home() / "skills", "dsh", ".dsh/skills"),
+    "dsh": AgentDefaults(
+        lambda: dsh_home() / "sessions",
+        "dsh",
+        lambda: dsh_home() / "skills",
+        "dsh",
+        ".dsh/skills",
+    ),
     "claude-code": AgentDefaults(
-        "claude", lambda: claude_home() / "skills", "claude", ".claude/skills"
+        lambda: _env_home("CLAUDE_CONFIG_DIR", ".claude") / "projects",
+        "claude",
+        lambda: _env_home("CLAUDE_CONFIG_DIR", ".claude") / "skills",
+        "claude",
+        ".claude/skills",
     ),
     "codex": AgentDefaults(
-        "codex", lambda: agents_home() / "skills", "agentskills", ".agents/skills"
+        lambda: _env_home("CODEX_HOME", ".codex") / "sessions",
+        "codex",
+        lambda: Path.home() / ".agents" / "skills",
+        "agentskills",
+        ".agents/skills",
     ),
     "hermes": AgentDefaults(
-        "hermes", lambda: hermes_home() / "skills", "agentskills", None, recursive=True
+        lambda: hermes_home() / "state.db",
+        "hermes",
+        lambda: hermes_home() / "skills",
+        "agentskills",
+        None,
+        recursive=True,
     ),
 }
 _AGENT_BY_LIBRARY = {defaults.library: kind for kind, defaults in AGENTS.items()}
+
+
+def default_path(kind: str) -> Path:
+    """Where `kind` keeps its sessions when the config names no path."""
+    if kind == "jsonl":
+        raise ValueError("a jsonl source has no default path: set `path` in its [[sources]] entry")
+    if kind not in AGENTS:
+        raise ValueError(
+            f"unknown source kind {kind!r} (expected one of {', '.join(SOURCE_KINDS)})"
+        )
+    return AGENTS[kind].sessions()
+
+
+def default_sources() -> tuple[SourceConfig, ...]:
+    """Zero config: every agent whose default transcript location exists on this machine."""
+    return tuple(
+        SourceConfig(kind=kind, path=path)  # type: ignore[arg-type]
+        for kind in AGENTS
+        if (path := default_path(kind)).exists()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,19 +169,22 @@ def storage_key(name: str) -> str:
     user, mark, root = name.partition(PROJECT_MARK)
     if not mark:
         return name
+    import hashlib  # project libraries only: OpenSSL's start-up is a hook's largest import
+
     slug = re.sub(r"[^a-z0-9]+", "-", Path(root).name.lower()).strip("-") or "root"
     digest = hashlib.sha256(root.encode("utf-8")).hexdigest()[:10]
     return f"{user}{PROJECT_MARK}{slug}-{digest}"
 
 
-def resolve(config: Config, *, detected_sources: Callable[[], tuple[SourceConfig, ...]]) -> Routing:
+def resolve(
+    config: Config, *, detected_sources: Callable[[], tuple[SourceConfig, ...]] | None = None
+) -> Routing:
     """The libraries and routes of `config`. Raises ConfigError naming what to fix.
 
-    `detected_sources` lists the agents found on this machine; it is consulted only when the
-    configuration names no `[[sources]]`.
+    `detected_sources` lists the agents found (default: on this machine, `default_sources`);
+    it is consulted only when the configuration names no `[[sources]]`.
     """
-    from skilld.transcripts.registry import default_path
-
+    detected_sources = detected_sources or default_sources
     detected = not config.sources
     sources = config.sources or detected_sources()
     declared = {table.name: _declared(table, config) for table in config.libraries}
@@ -156,12 +203,49 @@ def resolve(config: Config, *, detected_sources: Callable[[], tuple[SourceConfig
             path = source.path or default_path(source.kind)
         except ValueError as exc:
             raise ConfigError(str(exc), f"sources[{index}].path") from None
-        name = _route(source, libraries, declared=bool(declared), legacy=explicit_dir, key=key)
+        name = _route(source, libraries, legacy=explicit_dir, key=key)
         if name not in libraries:
             libraries[name] = _agent_library(AGENTS[_AGENT_BY_LIBRARY[name]], config)
         routes.append(Route(replace(source, path=path), name))
     _check_distinct_dirs(libraries)
     return Routing(libraries, tuple(routes), detected=detected)
+
+
+#: An agent names its own library in the environment it starts skilld with (its hooks, its
+#: MCP server entry).
+LIBRARY_ENV = "SKILLD_LIBRARY"
+
+
+def requested_library(explicit: str | None) -> str | None:
+    """The library a command was asked for: `--library`, else `$SKILLD_LIBRARY`."""
+    return explicit or os.environ.get(LIBRARY_ENV) or None
+
+
+def choose_library(
+    names: Sequence[str],
+    *,
+    configured: int,
+    requested: str | None,
+    holding: Sequence[str],
+    skill: str | None,
+) -> str:
+    """The library a command acts on, among `names` (the `configured` first, then project
+    libraries): the one `requested` (`--library`, `$SKILLD_LIBRARY`), else the only one that
+    holds `skill`, else the only configured one. Raises UsageError listing the choices."""
+    known = ", ".join(names) or "none"
+    if requested is not None:
+        if requested in names:
+            return requested
+        raise UsageError(f"no library named {requested!r} (known: {known})")
+    if len(holding) == 1:
+        return holding[0]
+    if len(holding) > 1:
+        raise UsageError(f"{skill} is in several libraries ({', '.join(holding)}); add --library")
+    if configured == 1:
+        return names[0]
+    if not names:
+        raise UsageError("no library is configured and no agent was found on this machine")
+    raise UsageError(f"which library? add --library NAME (one of: {known})")
 
 
 def project_library(user: LibrarySpec, root: Path) -> LibrarySpec:
@@ -189,23 +273,40 @@ def project_root_of(cwd: str) -> Path:
     return start
 
 
+def project_root(user: LibrarySpec, cwd: str | None) -> Path | None:
+    """The project a session working in `cwd` belongs to, for the agent of `user`: None when
+    the agent keeps no project skills, the directory is unknown, or the project's skills dir
+    would be the user library itself (a session in the home directory is no project)."""
+    if not cwd or not user.project_dir:
+        return None
+    root = project_root_of(cwd)
+    if os.path.realpath(root / user.project_dir) == os.path.realpath(user.dir):
+        return None
+    return root
+
+
 def _route(
     source: SourceConfig,
     libraries: Mapping[str, LibrarySpec],
     *,
-    declared: bool,
     legacy: bool,
     key: str,
 ) -> str:
     agent = AGENTS.get(source.kind)
     if source.library:
-        if source.library in libraries or (not declared and source.library in _AGENT_BY_LIBRARY):
+        if source.library in libraries or source.library in _AGENT_BY_LIBRARY:
             return source.library
-        known = ", ".join(sorted(libraries)) or "none"
+        known = ", ".join(sorted({*libraries, *_AGENT_BY_LIBRARY}))
         raise ConfigError(f"no library named {source.library!r} (known: {known})", key)
     if legacy:
         return DEFAULT_LIBRARY
-    if agent is not None and (agent.library in libraries or not declared):
+    if agent is not None:
+        # Each agent learns into the library it loads: a declared library in that dir, else
+        # its own (declared or not); declaring another library changes nothing for it.
+        home = Path(os.path.abspath(agent.dir()))
+        for name, spec in libraries.items():
+            if Path(os.path.abspath(spec.dir)) == home:
+                return name
         return agent.library
     if len(libraries) == 1:
         return next(iter(libraries))

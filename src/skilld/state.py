@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +24,7 @@ from skilld.log import get_logger
 
 SCHEMA_VERSION = 2
 
-#: Event kinds (DESIGN.md §5.5 plus the library's own operations).
+#: Event kinds (docs/design.md plus the library's own operations).
 EVENT_KINDS = frozenset(
     {
         # evolution outcomes
@@ -181,6 +181,17 @@ _V2 = """
 _MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
+def _statements(script: str) -> Iterator[str]:
+    """A migration script's statements one by one: `executescript` would commit the
+    transaction they must run in."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+
+
 def utc_now_iso(now: float | None = None) -> str:
     moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     return moment.isoformat(timespec="seconds")
@@ -301,19 +312,27 @@ class StateDB:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if self._schema_version() == SCHEMA_VERSION:
+            return
+        # Several processes may open a new (or older) file at once (the daemon, an agent's
+        # hooks, an MCP server): the version is read again under the write lock, so that only
+        # the first migrates. One transaction: a crash mid-migration leaves the old version.
+        with self.transaction():
+            version = self._schema_version()
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _statements(_MIGRATIONS[target - 1]):
+                    self.conn.execute(statement)
+                self.conn.execute(f"PRAGMA user_version = {target}")
         if version > SCHEMA_VERSION:
             self.conn.close()
             raise StateError(
                 f"{self.path} has schema version {version}, newer than this skilld "
                 f"understands ({SCHEMA_VERSION}); upgrade skilld"
             )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            # One script, one transaction: a crash mid-migration leaves the old version.
-            script = _MIGRATIONS[target - 1]
-            self.conn.executescript(
-                f"BEGIN IMMEDIATE; {script} PRAGMA user_version = {target}; COMMIT;"
-            )
+
+    def _schema_version(self) -> int:
+        version: int = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        return version
 
     def close(self) -> None:
         self.conn.close()
@@ -399,7 +418,8 @@ class StateDB:
         after_id: int = 0,
     ) -> list[Event]:
         """Newest last. `limit` keeps the newest `limit` matching events."""
-        clauses, params = ["id > ?"], [after_id]
+        clauses: list[str] = ["id > ?"]
+        params: list[Any] = [after_id]
         if kinds:
             clauses.append(f"kind IN ({','.join('?' * len(kinds))})")
             params.extend(kinds)
@@ -430,23 +450,32 @@ class StateDB:
         rows = self.conn.execute("SELECT * FROM provenance WHERE library = ?", (library,))
         return {row["name"]: Provenance(**dict(row)) for row in rows.fetchall()}
 
-    def adopt_provenance(self, library: str, root: Path) -> list[str]:
-        """Give rows written before libraries existed (library '') to the library whose root
-        holds their file. Returns the names adopted."""
+    def adopt_provenance(
+        self, library: str, root: Path, orphans: Iterable[str]
+    ) -> list[tuple[str, str]]:
+        """Give the rows of libraries no longer configured (`orphans`; '' for rows written
+        before libraries existed) to `library` when its root holds their file: a library
+        renamed, or a `[skills] dir` replaced by the agent's own library over the same folder,
+        keeps knowing which skills are skilld's. Returns (old library, name) of each."""
         prefix = str(root).rstrip("/") + "/"
-        rows = self.conn.execute("SELECT name, path FROM provenance WHERE library = ''")
-        names = [row["name"] for row in rows.fetchall() if row["path"].startswith(prefix)]
-        if names:
+        adopted: list[tuple[str, str]] = []
+        for orphan in orphans:
+            rows = self.conn.execute(
+                "SELECT name, path FROM provenance WHERE library = ?", (orphan,)
+            ).fetchall()
+            adopted += [(orphan, row["name"]) for row in rows if row["path"].startswith(prefix)]
+        if adopted:
             with self.transaction():
                 self.conn.executemany(
-                    "UPDATE OR IGNORE provenance SET library = ? WHERE library = '' AND name = ?",
-                    [(library, name) for name in names],
+                    "UPDATE OR IGNORE provenance SET library = ? WHERE library = ? AND name = ?",
+                    [(library, orphan, name) for orphan, name in adopted],
                 )
-        return names
+        return adopted
 
     def library_names(self) -> list[str]:
-        """Every library skilld has written into (provenance names it)."""
-        rows = self.conn.execute("SELECT DISTINCT library FROM provenance WHERE library != ''")
+        """Every library skilld has written into (provenance names it; '' is the library of
+        the rows written before libraries existed)."""
+        rows = self.conn.execute("SELECT DISTINCT library FROM provenance")
         return sorted(row["library"] for row in rows.fetchall())
 
     def put_provenance(
@@ -669,9 +698,9 @@ class StateDB:
         return int(cursor.lastrowid or 0)
 
     def kept_proposals(self, library: str | None = None) -> list[KeptProposal]:
-        sql, params = "SELECT * FROM proposals", ()
+        sql, params = "SELECT * FROM proposals", []
         if library is not None:
-            sql, params = sql + " WHERE library = ?", (library,)
+            sql, params = sql + " WHERE library = ?", [library]
         rows = self.conn.execute(sql + " ORDER BY id", params).fetchall()
         return [_proposal(row) for row in rows]
 
@@ -796,6 +825,19 @@ def _proposal(row: sqlite3.Row) -> KeptProposal:
         note=row["note"],
         created_at=row["created_at"],
     )
+
+
+def process_alive(pid: object) -> bool:
+    """Whether `pid` names a running process (a daemon's, recorded in meta `daemon`)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
 
 
 class DaemonLock:

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from skilld.errors import Failure, UsageError
-from skilld.skills.library import Origin
 
-__all__ = ["CLI", "Failure", "Parser", "UsageError", "print_json_line"]
+if TYPE_CHECKING:
+    from skilld.skills.library import Origin
 
-#: Changes made from the command line are attributed to "cli" in the event log.
-CLI = Origin(source="cli")
+__all__ = ["Failure", "Parser", "UsageError", "cli_origin", "library_option", "print_json_line"]
+
+
+def cli_origin() -> Origin:
+    """Changes made from the command line are attributed to "cli" in the event log."""
+    from skilld.skills.library import Origin
+
+    return Origin(source="cli")
 
 
 class Parser(argparse.ArgumentParser):
@@ -24,3 +30,9 @@ class Parser(argparse.ArgumentParser):
 
 def print_json_line(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def library_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--library", help="the library (default: the only one, or the one holding the skill)"
+    )

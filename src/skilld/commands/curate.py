@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from skilld.app import App
 from skilld.commands.common import Failure, print_json_line
 
 if TYPE_CHECKING:
+    from skilld.app import App
     from skilld.curator.consolidate import ConsolidationReport
     from skilld.curator.passes import LifecycleReport
     from skilld.curator.schedule import CuratorRun
@@ -73,7 +73,8 @@ def print_lifecycle(lifecycle: LifecycleReport, *, several: bool) -> None:
         counts[t.kind] = counts.get(t.kind, 0) + 1
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no transitions"
     print(
-        f"{lifecycle.skills_seen} skills, {lifecycle.managed} managed: {summary}"
+        f"{lifecycle.skills_seen} skill{'' if lifecycle.skills_seen == 1 else 's'},"
+        f" {lifecycle.managed} managed: {summary}"
         + (" (dry run: nothing changed)" if lifecycle.dry_run else "")
     )
 

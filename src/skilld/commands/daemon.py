@@ -7,22 +7,21 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-
-from skilld.app import App
-from skilld.commands.common import CLI, Failure, Parser, print_json_line
+from skilld.commands.common import Failure, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError, UsageError
-from skilld.evolve.review import ReviewQueue
-from skilld.routing import project_library
-from skilld.state import utc_now_iso
+
+if TYPE_CHECKING:
+    from skilld.app import App
 
 # -- daemon ----------------------------------------------------------------------------------
 
 
 def cmd_run(config: Config, args: argparse.Namespace) -> int:
+    import anyio
+
     from skilld.curator.schedule import ScheduledCurator
     from skilld.daemon import Daemon
 
@@ -65,8 +64,9 @@ def library_status(app: App) -> list[dict[str, Any]]:
 
 
 def status_report(app: App) -> dict[str, Any]:
-    from skilld.evolve.supervisor import backlog
-    from skilld.evolve.wiring import bind_sources
+    from skilld.evolve.backlog import backlog
+    from skilld.evolve.review import ReviewQueue
+    from skilld.team import sync_status
 
     state = app.state
     now = time.time()
@@ -82,12 +82,13 @@ def status_report(app: App) -> dict[str, Any]:
         "daemon_pid": daemon.get("pid"),
         "sessions_tracked": stats["tracked"],
         "windows_deferred": stats["deferred"],
-        "backlog": backlog(app, bind_sources(app.config, app.routing)),
+        "backlog": backlog(app),
         "libraries": libraries,
         "skills_managed": sum(row["managed"] for row in libraries),
         "max_managed": sum(row["max_managed"] for row in libraries),
         "proposals_waiting": sum(row["proposals_waiting"] for row in libraries),
-        "pending_review": len(ReviewQueue(app.config.state.dir / "pending").list()),
+        "pending_review": len(ReviewQueue(app.config.state.dir / "pending").staged()),
+        "sync": sync_status(app),
         "llm": state.get_meta("llm_health"),
         "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
         "source_errors": state.get_meta("source_errors", []),
@@ -133,9 +134,16 @@ def _duration(seconds: float) -> str:
 
 
 def cmd_status(app: App, args: argparse.Namespace) -> int:
+    from skilld.state import process_alive, utc_now_iso
+
     report = status_report(app)
     age = report["heartbeat_age_seconds"]
-    stale = age is None or age > 3 * report["interval_seconds"]
+    # `skilld once` beats the heart too: healthy means a live `skilld run` beating it.
+    stale = (
+        age is None
+        or age > 3 * report["interval_seconds"]
+        or not process_alive(report["daemon_pid"])
+    )
     if args.json:
         print_json_line(report)
     else:
@@ -164,12 +172,20 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
             )
         if not report["libraries"]:
             print("library        none (no agent found and none configured)")
+        for team in report["sync"]:
+            problems = f"; needs repair: {team['problems'][0]}" if team["problems"] else ""
+            error = f"; last error: {team['last_error']}" if team["last_error"] else ""
+            print(
+                f"sync           {team['library']} -> {team['remote']} ({team['branch']}):"
+                f" last success {team['last_success'] or 'never'},"
+                f" {team['ahead']} commits to push{error}{problems}"
+            )
         print(f"review         {report['pending_review']} awaiting approval")
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")
         print(f"source errors  {report['source_errors_total']} in the last tick")
     if args.check and stale:
-        print("skilld: heartbeat is older than three intervals", file=sys.stderr)
+        print("skilld: no daemon is running (no heartbeat within three intervals)", file=sys.stderr)
         return 1
     return 0
 
@@ -178,9 +194,11 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_review(app: App, args: argparse.Namespace) -> int:
+    from skilld.evolve.review import ReviewQueue
+
     queue = ReviewQueue(app.config.state.dir / "pending")
     if args.command == "list":
-        items = [item for _, item in queue.list()]
+        items = [item for _, item in queue.staged()]
         if args.json:
             print_json_line([asdict(item) for item in items])
         for item in items if not args.json else ():
@@ -206,7 +224,7 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
         print(f"rejected {args.name}")
         return 0
     library = _staged_library(app, item.library, item.project_root)
-    result = library.apply(item.doc(), CLI)
+    result = library.apply(item.doc(), cli_origin())
     queue.remove(file)
     outcome = getattr(result, "kind", "unchanged")
     app.state.add_event(
@@ -218,6 +236,8 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
 
 def _staged_library(app: App, name: str, project_root: str | None) -> Any:
     """The library a staged proposal was meant for (a project's, when it names one)."""
+    from skilld.routing import project_library
+
     user_name = name.partition("@")[0] if name else None
     user = app.select(user_name if user_name in app.libraries else None)
     if project_root is None:

@@ -14,18 +14,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from skilld.commands.common import print_json_line
-from skilld.config import Config, parse_duration
+from skilld.config import SOURCE_KINDS, Config, parse_duration
 from skilld.log import configure_logging
-from skilld.transcripts.registry import SOURCE_KINDS
 
 if TYPE_CHECKING:
     from skilld.evolve.replay import ReplayReport
 
 
 def cmd_replay(config: Config, args: argparse.Namespace) -> int:
+    import anyio
+
     # Imported here: the pipeline is heavy, and most commands (usage bumps from agent hooks)
     # should start fast.
     from skilld.errors import SkilldError

@@ -1,4 +1,4 @@
-"""`skilld skills …`, `skilld usage …` and `skilld events`: the libraries by hand.
+"""`skilld skills …` and `skilld events`: the libraries by hand.
 
 Every command that names a skill takes `--library NAME`; it may be left out when only one
 library is configured, or when exactly one library holds that skill.
@@ -11,29 +11,33 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skilld.app import App
-from skilld.commands.common import CLI, print_json_line
+from skilld.commands.common import Parser, cli_origin, library_option, print_json_line
 from skilld.config import parse_duration
 from skilld.errors import Failure, UsageError
-from skilld.skills.document import SkillDoc
-from skilld.skills.library import SKILL_FILE, Library
-from skilld.skills.usage import latest_activity_at
-from skilld.state import utc_now_iso
+
+if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` needs none
+    from skilld.app import App
+    from skilld.skills.library import Library
 
 # -- skills ----------------------------------------------------------------------------------
 
 
 def library_rows(library: Library) -> list[dict[str, Any]]:
     """One row per skill of `library` (live or archived), with its usage."""
-    usage = library.usage.read()
-    entries = [(e.name, e.owner, str(e.path), e.error) for e in library.discover()]
+    from skilld.skills.layout import SKILL_FILE
+    from skilld.skills.usage import latest_activity_at
+
+    usage = library.usage_records()
+    entries: list[tuple[str, str, str, str | None]] = [
+        (e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)
+    ]
     provenance = library.state.all_provenance(library.name)
     live = {name for name, *_ in entries}
-    for name, path in library.archived().items():
+    for name, archived in library.archived().items():
         if name not in live:
-            file = path / SKILL_FILE if path.is_dir() else path
+            file = archived / SKILL_FILE if archived.is_dir() else archived
             owner = "managed" if name in provenance else "human"
             entries.append((name, owner, str(file), None))
     archive = str(library.root / ".archive")
@@ -94,7 +98,9 @@ def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
 def effect(app: App, library: Library, name: str) -> dict[str, Any]:
     """What the library knows of a skill's effect: uses, the sessions that used it, and each
     version with the reason given for it."""
-    record = library.usage.get(name) or {}
+    from skilld.skills.usage import latest_activity_at
+
+    record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
     versions = [
@@ -170,6 +176,8 @@ def effect_lines(
 
 
 def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
+    from skilld.skills.document import SkillDoc
+
     if args.content_file is not None:
         try:
             content = Path(args.content_file).read_text(encoding="utf-8")
@@ -181,7 +189,7 @@ def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
     doc = SkillDoc(
         name=args.name, description=args.description, when_to_use=args.when, body=content
     )
-    result = library.apply(doc, CLI, force=args.force)
+    result = library.apply(doc, cli_origin(), force=args.force)
     outcome = result.kind if hasattr(result, "kind") else "unchanged"
     print(f"{outcome} {result.name} {result.path}")
     return 0
@@ -189,7 +197,7 @@ def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
 
 def cmd_skills_delete(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    deleted = library.delete(args.name, CLI, force=args.force)
+    deleted = library.delete(args.name, cli_origin(), force=args.force)
     print(f"deleted {args.name} {deleted.path}")
     if deleted.kept:
         kept = ", ".join(deleted.kept)
@@ -199,21 +207,21 @@ def cmd_skills_delete(app: App, args: argparse.Namespace) -> int:
 
 def cmd_skills_pin(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    library.set_pinned(args.name, args.command == "pin", CLI)
+    library.set_pinned(args.name, args.command == "pin", cli_origin())
     print(f"{args.command}ned {args.name}")
     return 0
 
 
 def cmd_skills_archive(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    target = library.archive(args.name, CLI, reason="by hand", force=args.force)
+    target = library.archive(args.name, cli_origin(), reason="by hand", force=args.force)
     print(f"archived {args.name} {target}")
     return 0
 
 
 def cmd_skills_restore(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    path = library.restore(args.name, CLI)
+    path = library.restore(args.name, cli_origin())
     print(f"restored {args.name} {path}")
     return 0
 
@@ -223,29 +231,29 @@ def cmd_skills_history(app: App, args: argparse.Namespace) -> int:
     versions = library.history(args.name)
     if args.json:
         print_json_line(
-            [{"version": v.version, "saved_at": v.saved_at, "path": str(v.path)} for v in versions]
+            [
+                {
+                    "version": v.version,
+                    "saved_at": v.saved_at,
+                    "path": str(v.path) if v.path else None,
+                    "commit": v.commit,
+                    "subject": v.subject or None,
+                }
+                for v in versions
+            ]
         )
     elif not versions:
         print(f"{args.name} has no saved versions")
     for version in versions if not args.json else ():
-        print(f"{version.version}  {version.saved_at}  {version.path}")
+        where = version.path if version.path else f"git: {version.subject}"
+        print(f"{version.version}  {version.saved_at}  {where}")
     return 0
 
 
 def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
     library = app.select(args.library, skill=args.name)
-    result = library.rollback(args.name, CLI, version=args.version, force=args.force)
+    result = library.rollback(args.name, cli_origin(), version=args.version, force=args.force)
     print(f"rolled back {result.name} {result.path}")
-    return 0
-
-
-# -- usage -----------------------------------------------------------------------------------
-
-
-def cmd_usage(app: App, args: argparse.Namespace) -> int:
-    library = app.select(args.library, skill=args.name)
-    library.check_name(args.name)
-    library.usage.bump(args.name, args.kind)
     return 0
 
 
@@ -253,6 +261,8 @@ def cmd_usage(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_events(app: App, args: argparse.Namespace) -> int:
+    from skilld.state import utc_now_iso
+
     since = None
     if args.since:
         try:
@@ -286,25 +296,17 @@ def cmd_events(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def _library_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--library", help="the library (default: the only one, or the one holding the skill)"
-    )
-
-
 def register(commands: Any) -> None:
-    from skilld.commands.common import Parser
-
     skills = commands.add_parser("skills", help="list, show and change skills")
     skill_commands = skills.add_subparsers(dest="command", required=True, parser_class=Parser)
     listing = skill_commands.add_parser("list", help="every skill with owner, state and usage")
     listing.add_argument("--json", action="store_true")
-    _library_option(listing)
+    library_option(listing)
     listing.set_defaults(handler=cmd_skills_list)
     show = skill_commands.add_parser("show", help="print a skill file and what it did")
     show.add_argument("name")
     show.add_argument("--json", action="store_true", help="the file, its owner and its effect")
-    _library_option(show)
+    library_option(show)
     show.set_defaults(handler=cmd_skills_show)
     write = skill_commands.add_parser("write", help="create or update a skill")
     write.add_argument("name")
@@ -314,7 +316,7 @@ def register(commands: Any) -> None:
     content.add_argument("--content-file", help="Markdown body from this file")
     content.add_argument("--content", help="Markdown body")
     write.add_argument("--force", action="store_true", help="take over a human-owned skill")
-    _library_option(write)
+    library_option(write)
     write.set_defaults(handler=cmd_skills_write)
     for name, handler, text in (
         ("delete", cmd_skills_delete, "delete a skill (its last version stays in history)"),
@@ -327,7 +329,7 @@ def register(commands: Any) -> None:
     ):
         sub = skill_commands.add_parser(name, help=text)
         sub.add_argument("name")
-        _library_option(sub)
+        library_option(sub)
         if name in ("delete", "archive", "rollback"):
             sub.add_argument("--force", action="store_true", help="also act on a human skill")
         if name == "rollback":
@@ -335,12 +337,6 @@ def register(commands: Any) -> None:
         if name == "history":
             sub.add_argument("--json", action="store_true")
         sub.set_defaults(handler=handler)
-
-    usage = commands.add_parser("usage", help="record a use, view or patch (for agent hooks)")
-    usage.add_argument("kind", choices=("use", "view", "patch"))
-    usage.add_argument("name")
-    _library_option(usage)
-    usage.set_defaults(handler=cmd_usage)
 
     events = commands.add_parser("events", help="the event log, oldest first")
     events.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -1,0 +1,12 @@
+"""The curator: when it runs (`schedule`), the lifecycle pass (`passes`, deciding with the pure
+`_lifecycle`) and the optional LLM consolidation (`consolidate`)."""
+
+from skilld import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(["ConsolidationReport", "consolidate"], "consolidate"),
+    **dict.fromkeys(["CURATOR", "LifecycleReport", "run_lifecycle"], "passes"),
+    **dict.fromkeys(["CuratorRun", "ScheduledCurator", "curate", "utc_now"], "schedule"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

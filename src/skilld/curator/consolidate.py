@@ -1,4 +1,5 @@
-"""Optional LLM consolidation (DESIGN.md §7): merge overlapping skills, archive useless ones.
+"""Optional LLM consolidation (docs/design.md): merge overlapping skills, archive useless
+ones.
 
 The model sees the managed skills (one line of usage per skill, its description, and its body
 cut to a budget) and answers under a strict JSON contract:
@@ -24,17 +25,18 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 from skilld.app import App
 from skilld.curator.passes import CURATOR
+from skilld.errors import LibraryError
 from skilld.evolve.contract import RAW_REPLY_LIMIT, extract_json_object
 from skilld.evolve.safety import risky_patterns
 from skilld.evolve.window import delimit
 from skilld.llm import LLMClient, LLMError
 from skilld.redact import merge_counts, redact
 from skilld.skills.document import DESCRIPTION_LIMITS, SkillDoc
-from skilld.skills.library import Library, LibraryError, Unchanged, Written
+from skilld.skills.library import Library, Unchanged, Written
 from skilld.skills.names import InvalidName, validate_name
 from skilld.skills.usage import COUNT_FIELDS, count_of, report_row
 
@@ -303,7 +305,7 @@ def _movable(name: str, skills: Mapping[str, SkillFacts]) -> str | None:
     return None
 
 
-def _text(value: object) -> bool:
+def _text(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value.strip())
 
 

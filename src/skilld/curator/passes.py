@@ -17,18 +17,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from skilld.app import App
-from skilld.curator.lifecycle import Candidate, Thresholds, Transition, plan_pass
+from skilld.curator._lifecycle import LiveSkill, Thresholds, Transition, plan_pass
+from skilld.errors import LibraryError, Protected
 from skilld.routing import DEFAULT_LIBRARY
 from skilld.skills.document import SkillParseError, parse_skill
-from skilld.skills.library import (
-    Library,
-    LibraryError,
-    Origin,
-    Protected,
-    SkillEntry,
-    Unchanged,
-    Written,
-)
+from skilld.skills.library import Library, Origin, SkillEntry, Unchanged, Written
 from skilld.skills.usage import Record, format_timestamp, new_record, parse_timestamp
 
 CURATOR = Origin(source="curator")
@@ -113,9 +106,9 @@ def run_lifecycle(
             return created[name]
         return None
 
-    records = library.usage.read()
+    records = library.usage_records()
     candidates = [
-        Candidate(e.name, e.owner, record, created_at(e.name, record))
+        LiveSkill(e.name, e.owner, record, created_at(e.name, record))
         for e in entries
         for record in (records.get(e.name),)
     ]
@@ -178,7 +171,9 @@ def run_lifecycle(
                 },
             )
         app.state.set_meta(disabled_key, sorted(disabled))
-    report.transitions = [*archived, *marked]
+    done = {id(transition) for transition in [*archived, *marked]}
+    # In the plan's order, so a person's run prints what its dry run printed.
+    report.transitions = [t for t in plan.transitions if id(t) in done]
     return report
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -220,7 +221,7 @@ def repair_message(violation: Violation, *, with_scope: bool = False) -> str:
     )
 
 
-def _wrong_keys_message(missing: list[str], not_strings: list[str]) -> str:
+def _wrong_keys_message(missing: Sequence[str], not_strings: Sequence[str]) -> str:
     parts = []
     if missing:
         parts.append(f"missing keys: {', '.join(missing)}")

@@ -1,4 +1,4 @@
-"""Every word skilld says to the reflecting model, in one place (DESIGN.md §5.3).
+"""Every word skilld says to the reflecting model, in one place (docs/design.md).
 
 Two requests: the *reflection* (a window of a session → keep a skill or not) and the *merge*
 (an existing skill's current body beside a proposed change → the merged skill). Both answer

@@ -35,13 +35,14 @@ from typing import Any
 
 import httpx
 
-from skilld.app import App, open_app, routing_of
+from skilld.app import App, open_app
 from skilld.config import Config, LibraryConfig, SourceConfig
+from skilld.evolve.backlog import backlog
 from skilld.evolve.report import WindowRecord
-from skilld.evolve.supervisor import Evolver, backlog
+from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
-from skilld.routing import Routing
+from skilld.routing import Routing, resolve
 from skilld.skills.document import render_skill
 from skilld.skills.library import BUNDLED_MANIFEST, HUB_LOCK, SKILL_FILE, Library
 from skilld.skills.usage import USAGE_FILE
@@ -234,7 +235,7 @@ def check_out_dir(out: Path, config: Config) -> None:
     resolved = out.resolve()
     reals = [
         (spec.dir, f"skills dir of library {name}")
-        for name, spec in routing_of(config).libraries.items()
+        for name, spec in resolve(config).libraries.items()
     ]
     for real, what in [*reals, (config.state.dir, "state dir")]:
         real = real.resolve()
@@ -377,7 +378,7 @@ class DeclineTransport(httpx.AsyncBaseTransport):
 
 async def run_replay(config: Config, options: ReplayOptions) -> ReplayReport:
     """Replay into `options.out` (which `check_out_dir` accepted). Raises ReplayError."""
-    routing = routing_of(config)
+    routing = resolve(config)
     sandbox = sandbox_config(config, routing, options)
     real_provenance = read_provenance(config.state.dir / "state.db")
     seeded = {
@@ -424,7 +425,7 @@ async def run_replay(config: Config, options: ReplayOptions) -> ReplayReport:
         for event in app.state.events(kinds=("redacted",)):
             report.redactions.update(event.detail.get("counts", {}))
         report.circuit_open = health.get("circuit") != "closed"
-        report.not_sent = backlog(app, bindings)["windows"]
+        report.not_sent = backlog(app)["windows"]
         if report.not_sent:
             report.stopped = _why_stopped(evolver, health, options.limit, report.outage)
     return report

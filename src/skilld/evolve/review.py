@@ -77,7 +77,7 @@ class ReviewQueue:
         atomic_write(path, json.dumps(asdict(staged), ensure_ascii=False, indent=2) + "\n")
         return path
 
-    def list(self) -> list[tuple[Path, Staged]]:
+    def staged(self) -> list[tuple[Path, Staged]]:
         """Every staged proposal with its file, by library then name."""
         staged = []
         for file in sorted(self._files()):
@@ -87,7 +87,7 @@ class ReviewQueue:
         return staged
 
     def find(self, name: str) -> list[tuple[Path, Staged]]:
-        return [(file, item) for file, item in self.list() if item.name == name]
+        return [(file, item) for file, item in self.staged() if item.name == name]
 
     def remove(self, file: Path) -> None:
         file.unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""One tick of the evolution loop (DESIGN.md §5): ingest, gate, reflect, settle.
+"""One tick of the evolution loop (docs/design.md): ingest, gate, reflect, settle.
 
 I/O lives here, at the edge; every decision it acts on comes from a pure function (gates,
 contract, judging, similarity, safety). The order of things is fixed so that nothing is lost
@@ -35,16 +35,8 @@ import anyio
 
 from skilld.app import App
 from skilld.config import backfill_cutoff
-from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
-from skilld.evolve.gates import (
-    Deferred,
-    GateSettings,
-    decide,
-    held_after_append,
-    held_after_consume,
-    summarise,
-)
-from skilld.evolve.judge import (
+from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
+from skilld.evolve._judge import (
     Failed,
     Invalid,
     Propose,
@@ -57,6 +49,8 @@ from skilld.evolve.judge import (
     near_duplicate,
     redirect,
 )
+from skilld.evolve.backlog import PROMPT_CHARS_KEY, ready_windows, summary_of
+from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
 from skilld.evolve.prompt import (
     PROMPT_VERSION,
     PromptSettings,
@@ -66,20 +60,26 @@ from skilld.evolve.prompt import (
 from skilld.evolve.report import MAX_REPORTED_SOURCE_ERRORS, Spend, TickReport, WindowRecord
 from skilld.evolve.review import ReviewQueue
 from skilld.evolve.window import (
-    decode_message,
     delimit,
     encode_message,
     render_window,
-    split_window,
 )
 from skilld.evolve.wiring import SourceBinding
 from skilld.llm import LLMClient, LLMError
 from skilld.log import get_logger
 from skilld.redact import redact
-from skilld.routing import project_root_of
+from skilld.routing import project_root
 from skilld.skills.document import SkillDoc, same_text
-from skilld.skills.library import Library, Origin, Refused, Unchanged, WriteFailed, Written
-from skilld.state import Held, KeptProposal, SessionState, StateDB
+from skilld.skills.library import (
+    Library,
+    Origin,
+    Refused,
+    SkillEntry,
+    Unchanged,
+    WriteFailed,
+    Written,
+)
+from skilld.state import Held, KeptProposal, SessionState
 from skilld.transcripts.model import Message
 from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.signals import SkillSignal, skill_signals
@@ -136,6 +136,11 @@ class Evolver:
         self._circuit_reported = False
         #: Windows this evolver may still send to the LLM (None: no limit; `replay --limit`).
         self.window_allowance: int | None = None
+        #: Each library's skills as this tick found them, listed once per tick (the prompt's
+        #: existing skills, the near-duplicate guard); a write of this evolver refreshes it.
+        self._listings: dict[str, list[SkillEntry]] = {}
+        #: Characters of each library's last reflection prompt around its window (`status`).
+        self._prompt_chars: dict[str, int] = {}
         #: Cursors by source id, loaded once: this process holds the daemon lock, so state.db
         #: only changes through it, and an idle tick then touches no database row.
         self._cursors: dict[str, dict[str, dict[str, Any]]] = {}
@@ -144,6 +149,7 @@ class Evolver:
 
     async def tick(self) -> TickReport:
         report = TickReport(started_at=self.clock())
+        self._listings.clear()
         for binding in self.sources:
             await self._ingest(binding, report)
         outage = await self._settle_kept(report)
@@ -163,6 +169,9 @@ class Evolver:
             state.set_meta("heartbeat", self.clock())
             state.set_meta("llm_health", self.llm.health())
             state.set_meta(SPEND_KEY, self.llm.spend_record())
+            if self._prompt_chars:
+                measured = state.get_meta(PROMPT_CHARS_KEY, {})
+                state.set_meta(PROMPT_CHARS_KEY, {**measured, **self._prompt_chars})
             total = state.get_meta("skipped_lines_total", 0) + report.skipped_lines
             state.set_meta("skipped_lines_total", total)
             # The last tick's errors, also when there are none: a fixed file stops being listed.
@@ -256,6 +265,11 @@ class Evolver:
         if signals:
             self._count_signals(library, signals)
 
+    def _listing(self, library: Library) -> list[SkillEntry]:
+        if library.name not in self._listings:
+            self._listings[library.name] = library.discover()
+        return self._listings[library.name]
+
     def _skills_dirs(self, user: Library, cwd: str | None) -> dict[Path, Library]:
         """Every skills dir a session may read a skill from: each library's, and its project's."""
         dirs = {library.root: library for library in self.app.libraries.values()}
@@ -271,7 +285,7 @@ class Evolver:
         Names no library holds are not skills."""
         bumps: dict[str, tuple[Library, list[tuple[str, str]]]] = {}
         uses: dict[str, Counter[tuple[str, str]]] = {}
-        names = {entry.name for entry in user.entries(parse=False)}
+        names = {entry.name for entry in self._listing(user) if entry.root == user.root}
         for signal, session, cwd in signals:
             target: Library | None = None
             if signal.skills_dir is not None:
@@ -315,7 +329,7 @@ class Evolver:
             self.config.evolve.window_max_chars,
             now=self.clock(),
         )
-        if isinstance(windows, Deferred):
+        if isinstance(windows, Waiting):
             report.deferred[windows.reason] += 1
             return []
         jobs, first = [], session.held.start
@@ -497,7 +511,7 @@ class Evolver:
         existing = [
             (entry.name, entry.doc.description)
             for library in shown
-            for entry in library.discover()
+            for entry in self._listing(library)
             if entry.doc is not None
         ]
         settings = self._prompt_settings(user)
@@ -510,6 +524,8 @@ class Evolver:
             existing=existing,
             settings=settings,
         )
+        total = sum(len(message["content"]) for message in messages)
+        self._prompt_chars[job.library] = total - len(redaction.text)
         rules = Rules(user.dialect, user.max_content_chars, user.spec.name_prefix)
         schema = proposal_schema(with_scope=settings.with_scope)
         return await self._converse(
@@ -651,9 +667,9 @@ class Evolver:
     ) -> Library | None:
         """The project library of a session's working directory for `user`'s agent; with
         `existing_only`, only when its skills dir exists."""
-        if not cwd or not user.spec.project_dir:
+        root = project_root(user.spec, cwd)
+        if root is None or user.spec.project_dir is None:
             return None
-        root = project_root_of(cwd)
         if existing_only and not (root / user.spec.project_dir).is_dir():
             return None
         return self.app.project(user, root)
@@ -671,15 +687,10 @@ class Evolver:
         """Where the proposal goes: the user library, or the session's project library for a
         project skill (its root, to check whether skilld may write there)."""
         user = self.app.libraries[kept.library]
-        scoped = (
-            self.config.evolve.scope == "auto"
-            and kept.body.get("scope") == "project"
-            and user.spec.project_dir
-            and kept.body.get("cwd")
-        )
-        if not scoped:
+        scoped = self.config.evolve.scope == "auto" and kept.body.get("scope") == "project"
+        root = project_root(user.spec, kept.body.get("cwd")) if scoped else None
+        if root is None:
             return user, None
-        root = project_root_of(kept.body["cwd"])
         return self.app.project(user, root), root
 
     async def _settle(
@@ -707,13 +718,13 @@ class Evolver:
         window = {"messages": [kept.first_message, kept.last_message]}
 
         def finish(
-            outcome_kind: str, commit: Callable[[], None]
+            outcome_kind: str, commit: Callable[[], None], path: str | None = None
         ) -> tuple[str, str | None, str | None]:
             with state.transaction():
                 commit()
                 state.drop_proposal(kept.id)
             report.outcomes[outcome_kind] += 1
-            return outcome_kind, library.name, None
+            return outcome_kind, library.name, path
 
         held = hold_reason(doc, review_mode=self.config.evolve.publish == "review")
         if project_root is not None and not self._project_allowed(project_root, library.root):
@@ -741,13 +752,16 @@ class Evolver:
                     detail={**window, "path": str(path), "target": target, **body.get("near", {})},
                 )
 
-            outcome = finish("staged", staged)
-            return outcome[0], outcome[1], str(path)
+            return finish("staged", staged, str(path))
 
         near: dict[str, Any] | None = body.get("near")
         existing = library.entry(doc.name)
         if existing is None and not body["merged"]:
-            others = [e.doc for e in library.entries() if e.doc is not None and e.name != doc.name]
+            others = [
+                e.doc
+                for e in self._listing(library)
+                if e.root == library.root and e.doc is not None and e.name != doc.name
+            ]
             near = near_duplicate(doc, others, self.config.evolve.similarity_threshold)
             if near is not None:
                 doc = redirect(doc, near)
@@ -798,15 +812,18 @@ class Evolver:
             kept = replace(kept, body=body)
 
         outcome = library.write(doc, origin)
+        if isinstance(outcome, Written):
+            self._listings.pop(library.name, None)
         detail = {**window, **(near or {})}
         if body.get("merged"):
             detail["merged"] = True
         if isinstance(outcome, Written | Unchanged):
-            kind = outcome.kind if isinstance(outcome, Written) else "unchanged"
-            result = finish(
-                kind, lambda: library.commit(outcome, origin, reason=body["reason"], detail=detail)
+            written = outcome
+            return finish(
+                written.kind,
+                lambda: library.commit(written, origin, reason=body["reason"], detail=detail),
+                str(written.path),
             )
-            return result[0], result[1], str(outcome.path)
         if isinstance(outcome, Refused) and outcome.kind == "cap":
             if kept.status != "cap":
                 with state.transaction():
@@ -864,105 +881,3 @@ class Evolver:
             known=[current.name],
             merge=True,
         )
-
-
-def summary_of(state: StateDB, session: SessionState) -> Held:
-    """The session's summary; one carried over from an older state.db is computed from its
-    held messages (once: the caller saves it)."""
-    held = session.held
-    if held.conversational >= 0:
-        return held
-    messages = [decode_message(m) for m in state.held_messages(session.key, held.start, held.end)]
-    return summarise(held.start, messages, last_append_at=held.last_append_at)
-
-
-def ready_windows(
-    state: StateDB,
-    session: SessionState,
-    settings: GateSettings,
-    window_max_chars: int,
-    *,
-    now: float,
-) -> Deferred | list[list[Message]]:
-    """The windows a session's held messages make, split in order, or why it waits. Only a
-    session the gates let through is decoded."""
-    decision = decide(
-        summary_of(state, session),
-        last_reflect_at=session.last_reflect_at,
-        now=now,
-        settings=settings,
-    )
-    if isinstance(decision, Deferred):
-        return decision
-    rows = state.held_messages(session.key, session.held.start, decision.end)
-    return split_window([decode_message(m) for m in rows], window_max_chars)
-
-
-def backlog(app: App, bindings: list[SourceBinding]) -> dict[str, Any]:
-    """What was read but not yet reflected (for `status`): how far behind the daemon is.
-
-    `windows` are those the gates let through once the cooldown has passed, split as a tick
-    splits them; `estimated_tokens` is their input (prompt and window) at about four characters
-    a token. Sessions whose held content ends on an unfinished turn or has too few messages
-    are `sessions_waiting`: that content is not late, it waits for the agent. At the spend cap a
-    window costs at least one call, so `min_hours_at_spend_cap` is a lower bound.
-    """
-    config = app.config
-    state = app.state
-    settings = GateSettings(
-        min_messages=config.evolve.min_messages,
-        cooldown_seconds=0,
-        turn_timeout_seconds=config.evolve.turn_timeout_seconds,
-    )
-    by_id = {binding.id: binding for binding in bindings}
-    prompt_chars: dict[str, int] = {}
-    windows = window_chars = sessions_ready = sessions_waiting = 0
-    for key in state.sessions_with_pending():
-        session = state.session(key)
-        binding = by_id.get(session.source) if session is not None else None
-        if session is None or binding is None:
-            continue
-        session.last_reflect_at = None  # the cooldown is not lateness
-        ready = ready_windows(
-            state, session, settings, config.evolve.window_max_chars, now=time.time()
-        )
-        if isinstance(ready, Deferred):
-            sessions_waiting += 1
-            continue
-        if binding.library not in prompt_chars:
-            prompt_chars[binding.library] = _prompt_chars(app, app.libraries[binding.library])
-        sessions_ready += 1
-        windows += len(ready)
-        window_chars += sum(prompt_chars[binding.library] + len(render_window(w)) for w in ready)
-    stats = state.session_stats()
-    cap = config.llm.max_calls_per_hour
-    return {
-        "windows": windows,
-        "estimated_tokens": window_chars // 4,
-        "sessions_ready": sessions_ready,
-        "sessions_waiting": sessions_waiting,
-        "sessions_deferred": stats["deferred"],
-        "pending_messages": stats["pending_messages"],
-        "max_calls_per_hour": cap,
-        "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
-    }
-
-
-def _prompt_chars(app: App, library: Library) -> int:
-    existing = [(e.name, e.doc.description) for e in library.discover() if e.doc is not None]
-    settings = PromptSettings(
-        dialect=library.dialect,
-        max_content_chars=library.max_content_chars,
-        name_prefix=library.spec.name_prefix,
-        with_scope=app.config.evolve.scope == "auto" and bool(library.spec.project_dir),
-    )
-    messages = build_messages(
-        delimit(""),
-        session="",
-        source="",
-        first_message=0,
-        last_message=0,
-        existing=existing,
-        settings=settings,
-    )
-    return sum(len(message["content"]) for message in messages)

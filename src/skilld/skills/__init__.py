@@ -1,0 +1,60 @@
+"""Skills on disk: the file format (`document`), names (`names`), where a skill's file lives
+(`layout`), a library of them with its ownership rules (`library`), and the `.usage.json`
+sidecar (`usage`). What other packages may use is `__all__`."""
+
+from skilld import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(
+        [
+            "DESCRIPTION_LIMITS",
+            "InvalidSkill",
+            "SkillDoc",
+            "SkillParseError",
+            "parse_skill",
+            "render_skill",
+            "same_text",
+            "validate_skill",
+        ],
+        "document",
+    ),
+    **dict.fromkeys(["SKILL_FILE", "find_skill_file"], "layout"),
+    **dict.fromkeys(
+        [
+            "BUNDLED_MANIFEST",
+            "HUB_LOCK",
+            "Library",
+            "Origin",
+            "Refused",
+            "SkillEntry",
+            "Unchanged",
+            "WriteFailed",
+            "Written",
+        ],
+        "library",
+    ),
+    **dict.fromkeys(
+        ["InvalidName", "apply_prefix", "is_safe_path_component", "validate_name"], "names"
+    ),
+    **dict.fromkeys(
+        [
+            "ACTIVITY_FIELDS",
+            "CORRUPT_PREFIX",
+            "COUNT_FIELDS",
+            "LOCK_FILE",
+            "Record",
+            "TEMP_FILE",
+            "USAGE_FILE",
+            "UsageStore",
+            "count_of",
+            "format_timestamp",
+            "latest_activity_at",
+            "new_record",
+            "parse_timestamp",
+            "report_row",
+        ],
+        "usage",
+    ),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

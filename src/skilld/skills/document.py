@@ -23,14 +23,14 @@ this; rendering an already neutralised text changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
-
-import yaml
 
 from skilld.skills.names import DIALECTS, InvalidName, require_dialect, validate_name
 
@@ -48,6 +48,7 @@ __all__ = [
     "SkillParseError",
     "neutralise_shell_injection",
     "parse_skill",
+    "quick_problem",
     "render_skill",
     "same_text",
     "validate_skill",
@@ -91,8 +92,6 @@ _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 # Wide enough that the emitter never folds a line; folding would be harmless YAML but makes
 # diffs of skill files noisy.
 _NO_FOLD_WIDTH = 2**31 - 1
-#: libyaml's loader when PyYAML was built with it: about ten times faster, same safe subset.
-_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SkillParseError(ValueError):
@@ -168,8 +167,12 @@ def _normalise_newlines(text: str) -> str:
 
 
 def _load_frontmatter(source: str) -> Mapping[Any, Any]:
+    import yaml  # on first use: listing a library by hash, or bumping usage, never parses
+
+    # libyaml's loader when PyYAML was built with it: about ten times faster, same safe subset.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        loaded = yaml.load(source, Loader=_SafeLoader)
+        loaded = yaml.load(source, Loader=loader)
     except yaml.YAMLError as error:
         raise SkillParseError(f"frontmatter is not valid YAML: {error}") from error
     except RecursionError as error:
@@ -269,7 +272,14 @@ def _parse_metadata(value: object) -> Mapping[str, str]:
 
 
 def _metadata_text(key: str, value: object) -> str:
-    """Coerce a YAML scalar to the text a person would have meant by it."""
+    """Coerce a YAML scalar to the text a person would have meant by it.
+
+    Other agents nest maps and lists under a key of their own (Hermes writes
+    `metadata: {hermes: {tags: [...]}}` in its skills). Such a value is kept as its JSON text,
+    so the skill is read (listed, shown to the model, compared for near-duplicates) instead of
+    being broken; skilld never writes it back, since it changes no file it did not write."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, default=str)
     if isinstance(value, str):
         return value
     if value is None:
@@ -291,24 +301,53 @@ def _yaml_type_name(value: object) -> str:
     return type(value).__name__
 
 
+_NAME_LINE = re.compile(r"^name:[ \t]*['\"]?([^'\"\n#]*?)['\"]?[ \t]*$", re.MULTILINE)
+
+
+def quick_problem(data: bytes, name: str) -> str | None:
+    """What a listing can tell is wrong with a skill file without a YAML parser: no
+    frontmatter, an unclosed one, or a `name:` line that is not `name`. (A file that passes may
+    still hold broken YAML; `parse_skill` is the whole check.)"""
+    try:
+        text = _normalise_newlines(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as error:
+        return f"not valid UTF-8 at byte {error.start}"
+    opening = _OPENING_LINE.match(text)
+    if opening is None:
+        return "no frontmatter: the first line must be '---'"
+    closing = _DELIMITER_LINE.search(text, opening.end())
+    if closing is None:
+        return "frontmatter is not closed: no '---' line after the first"
+    found = _NAME_LINE.search(text, opening.end(), closing.start())
+    if found is None:
+        return "frontmatter has no 'name'"
+    if found.group(1) != name:
+        return f"frontmatter name {found.group(1)!r} != {name!r}"
+    return None
+
+
 # --------------------------------------------------------------------------- rendering
 
 
-class _SkillDumper(yaml.SafeDumper):
+@functools.cache
+def _dumper() -> Any:
     """SafeDumper that puts any string with a line break in double quotes.
 
     PyYAML's default for such strings is a multi-line single-quoted scalar, which loses
     U+0085 on the way back and spreads one value over several lines; a double-quoted scalar
     escapes every break, so each value stays on one physical line.
     """
+    import yaml
 
+    class SkillDumper(yaml.SafeDumper):
+        pass
 
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = '"' if any(character in _LINE_BREAKS for character in value) else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = '"' if any(character in _LINE_BREAKS for character in value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
-
-_SkillDumper.add_representer(str, _represent_str)
+    SkillDumper.add_representer(str, represent_str)
+    return SkillDumper
 
 
 def render_skill(doc: SkillDoc, dialect: str) -> str:
@@ -337,9 +376,11 @@ def render_skill(doc: SkillDoc, dialect: str) -> str:
     if doc.disable_model_invocation and dialect != "agentskills":
         frontmatter[_DISABLE_KEY] = True
 
+    import yaml
+
     dumped = yaml.dump(
         frontmatter,
-        Dumper=_SkillDumper,
+        Dumper=_dumper(),
         sort_keys=False,
         allow_unicode=True,
         width=_NO_FOLD_WIDTH,
@@ -481,7 +522,7 @@ def _check_body(body: object, max_content_chars: int, dialect: str) -> None:
             f"body is {len(body)} characters; at most {max_content_chars} are allowed"
         )
     lines = body.strip("\n").count("\n") + 1
-    if dialect in BODY_LINE_LIMITS and lines > BODY_LINE_LIMITS[dialect]:
+    if dialect in BODY_LINE_LIMITS and lines >= BODY_LINE_LIMITS[dialect]:
         raise InvalidSkill(
             f"body is {lines} lines; the {dialect} dialect keeps a skill under "
             f"{BODY_LINE_LIMITS[dialect]} (move detail into fewer, denser steps)"

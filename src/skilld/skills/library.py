@@ -1,6 +1,6 @@
 """A skill library: discovery, ownership, and every change to a skill file.
 
-This module owns the ownership invariant (DESIGN.md §3): skilld changes a file only if skilld
+This module owns the ownership invariant (docs/design.md): skilld changes a file only if skilld
 wrote it and nobody changed it since, and never a pinned one. It owns the library's cap too:
 `write` refuses a new managed skill beyond `max_managed`.
 
@@ -21,15 +21,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from skilld.errors import LibraryError, NotFound, Protected
 from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
@@ -39,26 +39,29 @@ from skilld.skills.document import (
     SkillDoc,
     SkillParseError,
     parse_skill,
+    quick_problem,
     render_skill,
     same_text,
     validate_skill,
 )
+from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
 from skilld.skills.names import InvalidName, is_safe_path_component, validate_name
 from skilld.skills.usage import UsageStore, new_record
-from skilld.state import StateDB
+
+if TYPE_CHECKING:
+    from skilld.state import StateDB
+    from skilld.sync import Manifest, ManifestEntry, TeamRepo
 
 Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
 
-SKILL_FILE = "SKILL.md"
-ARCHIVE_DIR = ".archive"
 BUNDLED_MANIFEST = ".bundled_manifest"
 HUB_LOCK = Path(".hub") / "lock.json"
 #: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
 USER_RANK = 400
 EXTRA_RANK = 100
-#: How deep a library read recursively (Hermes's category folders) looks for skills.
-MAX_CATEGORY_DEPTH = 3
+#: The suffix `archive` adds to a name already in the archive.
+_ARCHIVE_STAMP = re.compile(r"-\d{8}T\d{6}Z$")
 
 
 class _Child(Protocol):
@@ -173,9 +176,11 @@ WriteOutcome = Written | Unchanged | Refused | WriteFailed
 
 @dataclass(frozen=True, slots=True)
 class HistoryVersion:
-    version: str  # file stem: sortable UTC stamp and short hash
-    path: Path
+    version: str  # a saved file's stem (sortable UTC stamp and short hash), or a commit
     saved_at: str
+    path: Path | None = None  # a version saved on this host
+    commit: str | None = None  # a version in a team library's git history
+    subject: str = ""  # what the commit says changed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,8 @@ def _external(name: str, digest: str | None) -> Owner:
 
 
 def sha256_bytes(data: bytes) -> str:
+    import hashlib  # on a cache miss only: OpenSSL's start-up is costly for one-shot commands
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -202,6 +209,7 @@ class Library:
         *,
         history_dir: Path,
         locks_dir: Path,
+        team: TeamRepo | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.spec = spec
@@ -216,9 +224,13 @@ class Library:
         self.max_managed = spec.max_managed
         self.max_content_chars = spec.max_content_chars
         self.history_keep = spec.history_keep
+        #: The git work tree of a team library (`remote` set): every change is one commit.
+        self.team = team
         self._lock_path = locks_dir / f"{spec.storage_key}.lock"
         self._lock_depth = 0
         self._lock_fd: int | None = None
+        #: Skill file -> (inode, size, mtime) -> its sha256, for counting the cap.
+        self._digests: dict[str, tuple[tuple[int, int, int], str]] = {}
         self._clock = clock
         self._log = get_logger("skilld.library")
 
@@ -238,8 +250,9 @@ class Library:
     def discover(self, *, include_extra: bool = True, parse: bool = True) -> list[SkillEntry]:
         """Every skill, one per name (lowest rank wins), sorted by name.
 
-        `parse=False` leaves `doc` unset: ownership needs only each file's hash, and parsing
-        the frontmatter is most of the cost of listing a large library.
+        `parse=False` leaves `doc` unset and checks each file without a YAML parser
+        (`quick_problem`): ownership needs only each file's hash, and parsing the frontmatter
+        is most of the cost of listing a large library.
         """
         return self._discover(include_extra=include_extra, parse=parse, only=None)
 
@@ -247,16 +260,16 @@ class Library:
         """The skills in this library's own root: what it may change and what its cap counts."""
         return self._discover(include_extra=False, parse=parse, only=None)
 
-    def entry(self, name: str) -> SkillEntry | None:
+    def entry(self, name: str, *, parse: bool = True) -> SkillEntry | None:
         """`name` in this library's own root. A skill of the same name in an extra dir shadows
         it for the agent, not for skilld: writes, the cap and the curator see this one."""
         if not is_safe_path_component(name):
             return None  # discovery never lists such a name either
         if self.spec.recursive:
-            return next((e for e in self.entries() if e.name == name), None)
+            return next((e for e in self.entries(parse=parse) if e.name == name), None)
         # Only `name`'s own paths are looked at, so that every change (write, archive, delete)
         # costs the same in a library of ten skills or of ten thousand.
-        found = self._discover(include_extra=False, parse=True, only=name)
+        found = self._discover(include_extra=False, parse=parse, only=name)
         return found[0] if found else None
 
     def get(self, name: str) -> SkillEntry | None:
@@ -267,12 +280,56 @@ class Library:
         found = self._discover(include_extra=True, parse=True, only=name)
         return found[0] if found else None
 
+    def usage_records(self) -> dict[str, dict[str, Any]]:
+        """The usage records to judge skills by: in a team library the team's sum (a teammate's
+        uses count, so no host archives a skill the team uses), else this host's."""
+        local = self.usage.read()
+        return self.team.team_usage(local) if self.team is not None else local
+
     def managed_names(self) -> list[str]:
-        """Skills skilld wrote and nobody changed since, by hash (no frontmatter parsing)."""
-        return [e.name for e in self.entries(parse=False) if e.owner == "managed"]
+        """Skills skilld wrote and nobody changed since, by hash: what the cap counts.
+
+        Only the files skilld recorded are looked at, and a file's hash is kept while its
+        identity (inode, size, mtime) stays the same: the count costs a stat per managed skill,
+        not a read of the library, on every create. (Ownership before a change is always
+        decided on a fresh read: `entry`.)"""
+        expected: dict[str, set[str]] = {}
+        paths: dict[str, Path] = {}
+        for name, record in self.state.all_provenance(self.name).items():
+            expected[name] = {record.sha256, record.prev_sha256 or record.sha256}
+            paths[name] = Path(record.path)
+        if (team := self._team_manifest()) is not None:
+            for name, shared in team.skills.items():
+                expected.setdefault(name, set()).add(shared.sha256)
+                paths.setdefault(name, self.root / shared.path)
+        excluded = self._bundled_names() | self._hub_names()
+        archive = self.root / ARCHIVE_DIR
+        managed = []
+        for name, path in sorted(paths.items()):
+            inside = self.root in path.parents and archive not in path.parents
+            if name not in excluded and inside and self._digest(path) in expected[name]:
+                managed.append(name)
+        return managed
+
+    def _digest(self, path: Path) -> str | None:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._digests.get(str(path))
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        try:
+            digest = sha256_bytes(path.read_bytes())
+        except OSError:
+            return None
+        self._digests[str(path)] = (identity, digest)
+        return digest
 
     def _discover(self, *, include_extra: bool, parse: bool, only: str | None) -> list[SkillEntry]:
         bundled, hub = self._bundled_names(), self._hub_names()
+        team = self._team_manifest()
         if only is None:
             provenance = self.state.all_provenance(self.name)
         else:
@@ -286,7 +343,9 @@ class Library:
                 return "hub"
             record = provenance.get(name)
             ours = record is not None and digest in (record.sha256, record.prev_sha256)
-            return "managed" if ours else "human"
+            # A team library: what any host's skilld last wrote is skilld's on every host.
+            shared = team is not None and team.owns(name, digest)
+            return "managed" if ours or shared else "human"
 
         found: dict[str, SkillEntry] = {}
         roots: list[tuple[Path, int, Callable[[str, str | None], Owner], int]] = [
@@ -418,7 +477,7 @@ class Library:
             return entry(error=f"unreadable: {exc.strerror or exc}")
         digest = sha256_bytes(data)
         if not parse:
-            return entry(digest)
+            return entry(digest, error=quick_problem(data, name))
         try:
             doc = parse_skill(data, dialect=self.dialect)
         except SkillParseError as exc:
@@ -426,6 +485,69 @@ class Library:
         if doc.name != name:
             return entry(digest, doc, f"frontmatter name {doc.name!r} != {name!r}")
         return entry(digest, doc)
+
+    def team_seed(self) -> dict[str, ManifestEntry]:
+        """The manifest entries this host's provenance vouches for, whatever the layout: skills
+        skilld wrote here whose file still holds what it wrote. A library joining its remote
+        starts the team's manifest from them, so the team takes them as skilld's."""
+        from skilld.sync import ManifestEntry
+
+        assert self.team is not None
+        seed = {}
+        for name, record in self.state.all_provenance(self.name).items():
+            path = Path(record.path)
+            try:
+                relpath = self.team.relpath(path)
+                digest = sha256_bytes(path.read_bytes())
+            except (ValueError, OSError):  # outside the root, or gone
+                continue
+            if digest in (record.sha256, record.prev_sha256):
+                seed[name] = ManifestEntry(relpath, digest)
+        return seed
+
+    def _team_manifest(self) -> Manifest | None:
+        if self.team is None:
+            return None
+        from skilld.sync import ManifestError
+
+        try:
+            return self.team.manifest()
+        except ManifestError as exc:  # a person broke it: nothing counts as skilld's by it
+            self._log.warning("team_manifest_unreadable", library=self.name, error=str(exc))
+            return None
+
+    @contextlib.contextmanager
+    def _recorded(
+        self,
+        event: str,
+        name: str,
+        origin: Origin,
+        paths: list[Path],
+        written: Path | None,
+        digest: str | None = None,
+    ) -> Iterator[None]:
+        """Around one change of the files of `name`: in a team library it is one commit naming
+        the event, the skill and the session, with the manifest entry of what skilld wrote
+        (`written` with `digest`, or no entry when the skill left the live library)."""
+        if self.team is None:
+            yield
+            return
+        from skilld.sync import GitError, ManifestEntry
+
+        team = self.team
+        if not team.is_set_up:
+            # A change before any sync (a person's write on a new team library) is still its
+            # own commit: join first, so that it is not swept into the join commit. Without
+            # git the change stays in the work tree, and the first round commits it.
+            try:
+                team.setup(self.team_seed())
+            except (GitError, OSError) as exc:
+                self._log.warning("team_setup_failed", library=self.name, error=str(exc))
+        entry = ManifestEntry(team.relpath(written), digest or "") if written else None
+        message = team.change_message(event, name, session=origin.session)
+        relpaths = [team.relpath(path) for path in paths]
+        with team.change(message, relpaths, manifest={name: entry}):
+            yield
 
     def _bundled_names(self) -> set[str]:
         try:
@@ -592,6 +714,28 @@ class Library:
             path = existing.path
             self._save_history(name, existing.path)
         data = render_skill(doc, self.dialect).encode("utf-8")
+        kind: Literal["created", "updated"] = "created" if existing is None else "updated"
+        digest = self._install(kind, name, path, data, existing, origin)
+        if existing is None:
+            # Before the commit: a crash after it must not leave a created skill without its
+            # usage record (a repeated attempt recovers the write and ensures it again).
+            self._ensure_record(name)
+        elif activity:
+            self.usage.bump(name, "patch")
+        return Written(kind, name, path, digest, version)
+
+    def _install(
+        self,
+        event: str,
+        name: str,
+        path: Path,
+        data: bytes,
+        existing: SkillEntry | None,
+        origin: Origin,
+    ) -> str:
+        """Put `data` at `path`: provenance first (the new hash and the one it replaces, so a
+        crash at any point leaves a file skilld recognises), then the atomic write, as one
+        commit in a team library. Returns the new hash."""
         digest = sha256_bytes(data)
         self.state.put_provenance(
             self.name,
@@ -605,16 +749,10 @@ class Library:
             model=origin.model,
             prompt_version=origin.prompt_version,
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data)
-        if existing is None:
-            # Before the commit: a crash after it must not leave a created skill without its
-            # usage record (a repeated attempt recovers the write and ensures it again).
-            self._ensure_record(name)
-        elif activity:
-            self.usage.bump(name, "patch")
-        kind: Literal["created", "updated"] = "created" if existing is None else "updated"
-        return Written(kind, name, path, digest, version)
+        with self._recorded(event, name, origin, [path], path, digest):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data)
+        return digest
 
     def _ensure_record(self, name: str) -> None:
         """A created skill's usage record: curator-managed, and active even when the name was
@@ -726,17 +864,20 @@ class Library:
             self._require_changeable(entry, origin, force=force)
             self._save_history(entry.name, entry.path)
             kept: tuple[str, ...] = ()
-            entry.path.unlink()
-            if entry.layout == "dir":
-                folder = entry.path.parent
-                kept = tuple(
-                    sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
-                )
-                if not kept:
-                    with contextlib.suppress(OSError):
-                        for sub in sorted(folder.rglob("*"), reverse=True):
-                            sub.rmdir()
-                        folder.rmdir()
+            with self._recorded("deleted", entry.name, origin, [entry.path], None):
+                entry.path.unlink()
+                if entry.layout == "dir":
+                    folder = entry.path.parent
+                    kept = tuple(
+                        sorted(
+                            str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()
+                        )
+                    )
+                    if not kept:
+                        with contextlib.suppress(OSError):
+                            for sub in sorted(folder.rglob("*"), reverse=True):
+                                sub.rmdir()
+                            folder.rmdir()
             with self.state.transaction():
                 self.state.drop_provenance(self.name, entry.name)
                 self.state.add_event(
@@ -799,11 +940,15 @@ class Library:
                 target = archive_root / (
                     f"{entry.name}-{stamp}" if entry.layout == "dir" else f"{entry.name}-{stamp}.md"
                 )
-            os.replace(source, target)
+            new_path = target / SKILL_FILE if entry.layout == "dir" else target
+            archived_file = new_path if entry.owner == "managed" else None
+            with self._recorded(
+                "archived", entry.name, origin, [source, target], archived_file, entry.sha256
+            ):
+                os.replace(source, target)
             if mark_usage:
                 archived_at = datetime.fromtimestamp(self._clock(), UTC)
                 self.usage.set_state(entry.name, "archived", archived_at=archived_at)
-            new_path = target / SKILL_FILE if entry.layout == "dir" else target
             with self.state.transaction():
                 self.state.move_provenance(self.name, entry.name, str(new_path))
                 self.state.add_event(
@@ -817,7 +962,10 @@ class Library:
             return target
 
     def archived(self) -> dict[str, Path]:
-        """Archived skills by name -> their folder or file (newest archive wins a clash)."""
+        """Archived skills by name -> their folder or file (newest archive wins a clash).
+
+        The name is the one `archive` gave the entry: the skill's, with `-<UTC stamp>` when
+        an archive of that name was there already."""
         found: dict[str, tuple[float, Path]] = {}
         root = self.root / ARCHIVE_DIR
         if root.is_symlink():
@@ -828,11 +976,9 @@ class Library:
                     continue
                 path = Path(child.path)
                 skill_file = path / SKILL_FILE if child.is_dir() else path
-                if not skill_file.is_file():
-                    continue
-                try:
-                    name = parse_skill(skill_file.read_bytes(), dialect=self.dialect).name
-                except (SkillParseError, OSError):
+                stem = child.name if child.is_dir() else child.name.removesuffix(".md")
+                name = _ARCHIVE_STAMP.sub("", stem)
+                if not skill_file.is_file() or not is_safe_path_component(name):
                     continue
                 mtime = child.stat(follow_symlinks=False).st_mtime
                 if name not in found or found[name][0] < mtime:
@@ -850,8 +996,20 @@ class Library:
                     f"a skill named {name} exists already; delete or rename it first"
                 )
             target = self.root / name if source.is_dir() else self.root / f"{name}.md"
-            os.replace(source, target)
-            skill_file = target / SKILL_FILE if target.is_dir() else target
+            skill_file = target / SKILL_FILE if source.is_dir() else target
+            record = self.state.provenance(self.name, name)
+            ours = record.sha256 if record is not None else None
+            manifest = self._team_manifest()
+            if manifest is not None and self.team is not None:
+                # Archived by any host's skilld: the team's manifest holds what it wrote.
+                source_file = source / SKILL_FILE if source.is_dir() else source
+                shared = manifest.get(name)
+                if shared is not None and shared.path == self.team.relpath(source_file):
+                    ours = shared.sha256
+            with self._recorded(
+                "restored", name, origin, [source, target], skill_file if ours else None, ours
+            ):
+                os.replace(source, target)
             self.usage.restore(name)
             with self.state.transaction():
                 # The hash recorded at archive time stays: a copy edited inside the archive
@@ -876,8 +1034,8 @@ class Library:
         except FileNotFoundError:
             return
         digest = sha256_bytes(data)[:12]
-        saved = self.history(name)
-        if saved and saved[-1].path.name.endswith(f"-{digest}.md"):
+        saved = self._saved_versions(name)
+        if saved and saved[-1].path is not None and saved[-1].path.name.endswith(f"-{digest}.md"):
             # A write retried tick after tick (a full disk) replaces the same version: saving
             # it each time would push the older versions out of the history.
             return
@@ -885,26 +1043,53 @@ class Library:
         folder.mkdir(parents=True, exist_ok=True)
         stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%S%fZ")
         atomic_write(folder / f"{stamp}-{digest}.md", data)
-        for old in self.history(name)[: -self.history_keep]:
+        for old in self._saved_versions(name)[: -self.history_keep]:
+            assert old.path is not None
             old.path.unlink(missing_ok=True)
 
     def history(self, name: str) -> list[HistoryVersion]:
-        """Saved versions, oldest first."""
-        folder = self.history_dir / self.check_name(name)
+        """Saved versions, oldest first: those saved on this host, and in a team library every
+        version the git history holds (a conflict's losing side included)."""
+        versions = self._saved_versions(self.check_name(name))
+        if self.team is not None and self.team.is_set_up:
+            for relpath in self._team_paths(name):
+                versions += [
+                    HistoryVersion(v.commit, v.committed_at, commit=v.commit, subject=v.subject)
+                    for v in self.team.file_versions(relpath)
+                ]
+            versions.sort(key=lambda v: v.saved_at)
+        return versions
+
+    def _saved_versions(self, name: str) -> list[HistoryVersion]:
+        """The versions saved on this host, oldest first (bounded by `history_keep`)."""
         versions = []
         with contextlib.suppress(FileNotFoundError):
-            for child in sorted(os.scandir(folder), key=lambda e: e.name):
+            for child in sorted(os.scandir(self.history_dir / name), key=lambda e: e.name):
                 if child.name.endswith(".md") and not child.name.startswith("."):
                     stem = child.name[:-3]
                     saved = datetime.strptime(stem.split("-")[0], "%Y%m%dT%H%M%S%fZ")
                     saved_at = saved.replace(tzinfo=UTC).isoformat(timespec="seconds")
-                    versions.append(HistoryVersion(stem, Path(child.path), saved_at))
+                    versions.append(HistoryVersion(stem, saved_at, path=Path(child.path)))
         return versions
+
+    def _team_paths(self, name: str) -> list[str]:
+        """Where a skill's file has lived in a team library's tree (dir and flat layouts)."""
+        return [f"{name}/{SKILL_FILE}", f"{name}.md"]
+
+    def _version_bytes(self, version: HistoryVersion, name: str) -> bytes:
+        if version.path is not None:
+            return version.path.read_bytes()
+        assert self.team is not None and version.commit is not None
+        for relpath in self._team_paths(name):
+            with contextlib.suppress(KeyError):
+                return self.team.read_version(version.commit, relpath)
+        raise NotFound(f"{name} is not in commit {version.commit}")
 
     def rollback(
         self, name: str, origin: Origin, *, version: str | None = None, force: bool = False
     ) -> Written:
-        """Restore a saved version (the newest by default); the current one is kept too.
+        """Restore a saved version (by default the newest that differs from the current file:
+        a team library's history holds the current version too); the current one is kept.
 
         A skill skilld deleted comes back the same way: its last version is in history.
         """
@@ -916,13 +1101,22 @@ class Library:
             versions = self.history(name)
             if not versions:
                 raise NotFound(f"{name} has no saved versions in library {self.name}")
-            chosen = (
-                versions[-1]
-                if version is None
-                else next((v for v in versions if v.version == version), None)
-            )
-            if chosen is None:
-                raise NotFound(f"{name} has no version {version}")
+            if version is None:
+                current = entry.sha256 if entry is not None else None
+                chosen = next(
+                    (
+                        v
+                        for v in reversed(versions)
+                        if sha256_bytes(self._version_bytes(v, name)) != current
+                    ),
+                    None,
+                )
+                if chosen is None:
+                    raise NotFound(f"{name} has no saved version other than the current one")
+            else:
+                chosen = next((v for v in versions if v.version == version), None)
+                if chosen is None:
+                    raise NotFound(f"{name} has no version {version}")
             if entry is not None:
                 # Neither read (into history) nor written through a link out of the root.
                 self._require_contained(entry)
@@ -931,17 +1125,8 @@ class Library:
                 self._save_history(name, entry.path)
             else:
                 path = self._new_path(name)
-            data = chosen.path.read_bytes()
-            digest = sha256_bytes(data)
-            self.state.put_provenance(
-                self.name,
-                name,
-                path=str(path),
-                sha256=digest,
-                prev_sha256=entry.sha256 if entry else None,
-            )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, data)
+            data = self._version_bytes(chosen, name)
+            digest = self._install("rolled_back", name, path, data, entry, origin)
             with self.state.transaction():
                 self.state.settle_provenance(self.name, name, digest)
                 self.state.add_event(

@@ -1,6 +1,6 @@
 """The `.usage.json` sidecar: per-skill usage telemetry, field-compatible with Hermes Agent.
 
-The file is a JSON object mapping a skill name to a record (DESIGN.md §4). Field names, the
+The file is a JSON object mapping a skill name to a record (docs/design.md). Field names, the
 lock file (an OS `flock` on `<skills_dir>/.usage.json.lock`) and the meaning of every field are
 Hermes Agent's (`tools/skill_usage.py`), so either tool reads and writes what the other wrote,
 and both can write at the same time without losing an update.

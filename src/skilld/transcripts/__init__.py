@@ -1,38 +1,21 @@
 """Transcripts: where sessions come from and the plain values they are read into.
 
-The rest of skilld builds sources with `build_source` (or `default_sources`) and sees only
+The rest of skilld builds sources with `build_source` and sees only
 `Source.scan` results: `ScanResult`, `SessionRead`, `Message`, `ToolCall`, and the skill
 signals `skill_signals` derives from a read. Each source kind lives in its own module (`jsonl`,
 `claude_code`, `codex`, `hermes`, the `dsh` package), imported only when configured; modules
 named `_*` are internal to this package.
 """
 
-from skilld.transcripts.model import (
-    Cursor,
-    Message,
-    Role,
-    ScanResult,
-    SessionRead,
-    Source,
-    ToolCall,
-)
-from skilld.transcripts.normalise import cut_text
-from skilld.transcripts.registry import SOURCE_KINDS, build_source, default_path, default_sources
-from skilld.transcripts.signals import SkillSignal, skill_signals
+from skilld import lazy_exports
 
-__all__ = [
-    "SOURCE_KINDS",
-    "Cursor",
-    "Message",
-    "Role",
-    "ScanResult",
-    "SessionRead",
-    "SkillSignal",
-    "Source",
-    "ToolCall",
-    "build_source",
-    "cut_text",
-    "default_path",
-    "default_sources",
-    "skill_signals",
-]
+_EXPORTS = {
+    **dict.fromkeys(
+        ["Cursor", "Message", "Role", "ScanResult", "SessionRead", "Source", "ToolCall"], "model"
+    ),
+    "cut_text": "normalise",
+    "build_source": "registry",
+    **dict.fromkeys(["SkillSignal", "skill_signals"], "signals"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
-from skilld.transcripts._tailer import DEFAULT_MAX_LINE_BYTES
 from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import (
     compact_arguments,
@@ -77,22 +76,8 @@ class CodexSource(LineFileSource):
     kind = "codex"
     default_glob = "**/rollout-*.jsonl"
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        glob: str | None = None,
-        include_subagents: bool = False,
-        tool_result_max_chars: int = 2000,
-        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    ) -> None:
-        super().__init__(
-            path,
-            glob=glob,
-            include_subagents=include_subagents,
-            tool_result_max_chars=tool_result_max_chars,
-            max_line_bytes=max_line_bytes,
-        )
+    def __init__(self, path: Path, **options: Any) -> None:
+        super().__init__(path, **options)
         # Session ids read from first lines, by path, valid while (device, inode) match.
         self._peeked_ids: dict[Path, tuple[int, int, str]] = {}
 

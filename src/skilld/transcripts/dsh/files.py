@@ -62,9 +62,10 @@ from skilld.transcripts.dsh.frames import (
 )
 from skilld.transcripts.model import Cursor, ScanResult, SessionRead
 
-ZSTD_FILE_NAME = "session.jsonl.zstd"
-PLAIN_FILE_NAME = "session.jsonl"
-DEFAULT_GLOBS = (f"*/*/{ZSTD_FILE_NAME}", f"*/*/{PLAIN_FILE_NAME}")
+#: Newer DSH releases put the format version in the name (`session.v3.jsonl.zstd` in 0.1.5,
+#: `session.v4.jsonl.zstd` in 0.2.x): every version is listed, the reader skips what it does
+#: not know.
+DEFAULT_GLOBS = ("*/*/session*.jsonl.zstd", "*/*/session*.jsonl")
 #: A session file is held by its project's directory, two levels up.
 HOLDER_LEVELS = 2
 

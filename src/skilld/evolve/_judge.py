@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from skilld.evolve._similar import closest
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Decline, Proposal, Violation, parse_reply
 from skilld.evolve.safety import risky_patterns
-from skilld.evolve.similar import Candidate, closest
 from skilld.llm import LLMError
 from skilld.redact import merge_counts, redact
 from skilld.skills.document import InvalidSkill, SkillDoc, validate_skill
@@ -107,11 +107,7 @@ def near_duplicate(
 ) -> dict[str, Any] | None:
     """The skill `doc` nearly duplicates (by name, description and body), if any: a proposed
     new skill that close to an existing one is a change of that one."""
-    match = closest(
-        Candidate(doc.name, doc.description, doc.body),
-        (Candidate(s.name, s.description, s.body) for s in skills),
-        threshold,
-    )
+    match = closest(doc, skills, threshold)
     if match is None:
         return None
     return {"proposed": doc.name, "near_duplicate_of": match.name, "score": match.score}

@@ -1,7 +1,8 @@
-"""The near-duplicate guard: a proposed new skill that closely matches a managed one updates it.
+"""The near-duplicate guard: a proposed new skill that closely matches an existing one is a
+change of that one.
 
-Pure: takes the proposal and the candidates, returns the match. Uses rapidfuzz, whose C++
-ratios stay fast on 20 kB bodies where difflib's SequenceMatcher degrades quadratically.
+Pure: takes the proposal and the skills, returns the match. Uses rapidfuzz, whose C++ ratios
+stay fast on 20 kB bodies where difflib's SequenceMatcher degrades quadratically.
 """
 
 from __future__ import annotations
@@ -11,12 +12,7 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    name: str
-    description: str
-    body: str
+from skilld.skills.document import SkillDoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +21,7 @@ class Match:
     score: float  # 0..1
 
 
-def similarity(a: Candidate, b: Candidate) -> float:
+def similarity(a: SkillDoc, b: SkillDoc) -> float:
     """Weighted: names and descriptions say what a skill is for; bodies say how."""
     name = fuzz.token_set_ratio(a.name.replace("-", " "), b.name.replace("-", " ")) / 100
     description = fuzz.token_set_ratio(a.description, b.description) / 100
@@ -33,7 +29,7 @@ def similarity(a: Candidate, b: Candidate) -> float:
     return 0.3 * name + 0.4 * description + 0.3 * body
 
 
-def closest(proposal: Candidate, candidates: Iterable[Candidate], threshold: float) -> Match | None:
+def closest(proposal: SkillDoc, candidates: Iterable[SkillDoc], threshold: float) -> Match | None:
     best: Match | None = None
     for candidate in candidates:
         if candidate.name == proposal.name:

@@ -1,4 +1,4 @@
-"""The curator's lifecycle decisions (DESIGN.md §7), as pure functions over plain values.
+"""The curator's lifecycle decisions (docs/design.md), as pure functions over plain values.
 
 A managed, unpinned skill ages from its anchor: the newest real activity (`latest_activity_at`
 of its usage record), else the record's `created_at`, else the `created_at` of its provenance.
@@ -39,7 +39,7 @@ class Thresholds:
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class LiveSkill:
     """One live skill as the pass sees it: who owns it and what its usage record says."""
 
     name: str
@@ -70,7 +70,7 @@ class Plan:
     enable: list[str] = field(default_factory=list)
 
 
-def is_curatable(candidate: Candidate) -> bool:
+def is_curatable(candidate: LiveSkill) -> bool:
     """Only skills skilld wrote, and that nobody pinned, move automatically."""
     record = candidate.record or {}
     return candidate.owner == "managed" and record.get("pinned") is not True
@@ -91,7 +91,7 @@ def state_of(record: Mapping[str, Any] | None) -> str:
     return state if state in ("stale", "archived") else "active"
 
 
-def decide(candidate: Candidate, now: datetime, thresholds: Thresholds) -> Transition | None:
+def decide(candidate: LiveSkill, now: datetime, thresholds: Thresholds) -> Transition | None:
     """The one transition `candidate` makes at `now`, or None."""
     if not is_curatable(candidate):
         return None
@@ -130,7 +130,7 @@ def decide(candidate: Candidate, now: datetime, thresholds: Thresholds) -> Trans
 
 
 def plan_pass(
-    candidates: Iterable[Candidate],
+    candidates: Iterable[LiveSkill],
     now: datetime,
     thresholds: Thresholds,
     *,

@@ -1,4 +1,4 @@
-"""Per-session gates (DESIGN.md §5.2): pure decisions over plain values.
+"""Per-session gates (docs/design.md): pure decisions over plain values.
 
 A session's unreflected messages are held in state.db, one row each; the gates decide from a
 summary of them (`Held`) so that a tick never decodes a session that is not ready, and an
@@ -31,7 +31,7 @@ class Ready:
 
 
 @dataclass(frozen=True, slots=True)
-class Deferred:
+class Waiting:
     reason: str  # "nothing new", "turn not finished", "too few messages", "cooling down"
     retry_at: float | None = None  # when the gate can open by itself, if known
 
@@ -95,25 +95,25 @@ def decide(
     last_reflect_at: float | None,
     now: float,
     settings: GateSettings,
-) -> Ready | Deferred:
+) -> Ready | Waiting:
     """The gates in DESIGN order: fresh messages, finished turn, min messages, cooldown.
 
     A turn that never finished (no `finished_end`) is released once nothing was appended for
     `turn_timeout_seconds`: an agent killed mid-turn never writes the end of it.
     """
     if held.count <= 0:
-        return Deferred("nothing new")
+        return Waiting("nothing new")
     end, conversational = held.finished_end, held.conversational_finished
     if end is None or end <= held.start:
         idle_since = held.last_append_at
         released_at = None if idle_since is None else idle_since + settings.turn_timeout_seconds
         if released_at is None or now < released_at:
-            return Deferred("turn not finished", retry_at=released_at)
+            return Waiting("turn not finished", retry_at=released_at)
         end, conversational = held.end, held.conversational
     if conversational < settings.min_messages:
-        return Deferred("too few messages")
+        return Waiting("too few messages")
     if last_reflect_at is not None:
         ready_at = last_reflect_at + settings.cooldown_seconds
         if now < ready_at:
-            return Deferred("cooling down", retry_at=ready_at)
+            return Waiting("cooling down", retry_at=ready_at)
     return Ready(end)

@@ -1,0 +1,111 @@
+"""What sessions hold and what windows that makes: for a tick, and for `status` (how far behind
+the daemon is).
+
+Light on purpose: `skilld status` imports this, not the LLM client or the prompt's existing
+skill listing. The size of a prompt around a window is what the daemon measured on its last
+reflection of each library (`PROMPT_CHARS_KEY`), else the bare template's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from skilld.evolve._gates import GateSettings, Waiting, decide, summarise
+from skilld.evolve.window import decode_message, render_window, split_window
+from skilld.routing import source_id_of
+from skilld.state import Held, SessionState, StateDB
+from skilld.transcripts.model import Message
+
+if TYPE_CHECKING:
+    from skilld.app import App
+
+#: state.db meta: library name -> characters of its last reflection prompt, without the window.
+PROMPT_CHARS_KEY = "prompt_chars"
+
+
+def summary_of(state: StateDB, session: SessionState) -> Held:
+    """The session's summary; one carried over from an older state.db is computed from its
+    held messages (once: the caller saves it)."""
+    held = session.held
+    if held.conversational >= 0:
+        return held
+    messages = [decode_message(m) for m in state.held_messages(session.key, held.start, held.end)]
+    return summarise(held.start, messages, last_append_at=held.last_append_at)
+
+
+def ready_windows(
+    state: StateDB,
+    session: SessionState,
+    settings: GateSettings,
+    window_max_chars: int,
+    *,
+    now: float,
+) -> Waiting | list[list[Message]]:
+    """The windows a session's held messages make, split in order, or why it waits. Only a
+    session the gates let through is decoded."""
+    decision = decide(
+        summary_of(state, session),
+        last_reflect_at=session.last_reflect_at,
+        now=now,
+        settings=settings,
+    )
+    if isinstance(decision, Waiting):
+        return decision
+    rows = state.held_messages(session.key, session.held.start, decision.end)
+    return split_window([decode_message(m) for m in rows], window_max_chars)
+
+
+def backlog(app: App) -> dict[str, Any]:
+    """What was read but not yet reflected: how far behind the daemon is.
+
+    `windows` are those the gates let through once the cooldown has passed, split as a tick
+    splits them; `estimated_tokens` is their input (prompt and window) at about four characters
+    a token. Sessions whose held content ends on an unfinished turn or has too few messages
+    are `sessions_waiting`: that content is not late, it waits for the agent. At the spend cap a
+    window costs at least one call, so `min_hours_at_spend_cap` is a lower bound.
+    """
+    config = app.config
+    state = app.state
+    settings = GateSettings(
+        min_messages=config.evolve.min_messages,
+        cooldown_seconds=0,
+        turn_timeout_seconds=config.evolve.turn_timeout_seconds,
+    )
+    library_of = {source_id_of(route.source): route.library for route in app.routing.routes}
+    measured: dict[str, int] = state.get_meta(PROMPT_CHARS_KEY, {})
+    windows = window_chars = sessions_ready = sessions_waiting = 0
+    for key in state.sessions_with_pending():
+        session = state.session(key)
+        if session is None or session.source not in library_of:
+            continue
+        session.last_reflect_at = None  # the cooldown is not lateness
+        ready = ready_windows(
+            state, session, settings, config.evolve.window_max_chars, now=time.time()
+        )
+        if isinstance(ready, Waiting):
+            sessions_waiting += 1
+            continue
+        prompt = measured.get(library_of[session.source]) or _bare_prompt_chars()
+        sessions_ready += 1
+        windows += len(ready)
+        window_chars += sum(prompt + len(render_window(window)) for window in ready)
+    stats = state.session_stats()
+    cap = config.llm.max_calls_per_hour
+    return {
+        "windows": windows,
+        "estimated_tokens": window_chars // 4,
+        "sessions_ready": sessions_ready,
+        "sessions_waiting": sessions_waiting,
+        "sessions_deferred": stats["deferred"],
+        "pending_messages": stats["pending_messages"],
+        "max_calls_per_hour": cap,
+        "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
+    }
+
+
+def _bare_prompt_chars() -> int:
+    """The prompt around a window before any library was measured: the template alone."""
+    from skilld.evolve.prompt import SYSTEM_PROMPT, USER_PROMPT
+
+    return len(SYSTEM_PROMPT) + len(USER_PROMPT)

@@ -1,0 +1,58 @@
+"""A team library over git (DESIGN.md §10): a library dir is a work tree of a shared remote.
+
+The flow, as the daemon and the Library drive it:
+
+* start-up: `TeamRepo(dir, remote, host=…, branch=…).setup(managed=…)` (no network), then
+  `sync()`;
+* every change skilld makes: `with repo.change(repo.change_message(event, name, session=…),
+  [relpath], manifest={name: ManifestEntry(relpath, sha256)}): <write the file>`;
+* ownership, team-wide: `repo.manifest().owns(name, sha256)`;
+* every `[sync] interval_seconds` and on `skilld sync`: `report = repo.sync(usage=records)`;
+  one `conflict` event per `report.conflicts`; exit 1 when `not report.ok`;
+* usage for `skills list`/`show` and the curator: `repo.team_usage(usage_store.read())`;
+* `skills history`/`rollback`: `repo.file_versions(relpath)`, `repo.read_version(commit,
+  relpath)`;
+* `status`/`doctor`: `repo.status()` (ahead count, problems with repair commands),
+  `git_version()`/`find_git()`.
+"""
+
+from skilld.sync.git import GitError, GitMissing, GitTimeout, find_git, git_version
+from skilld.sync.health import Problem
+from skilld.sync.layout import HOST_LOCAL_PATTERNS, MANIFEST_PATH, InvalidHost, usage_path
+from skilld.sync.manifest import Manifest, ManifestEntry, ManifestError
+from skilld.sync.messages import change_message
+from skilld.sync.replay import Conflict
+from skilld.sync.repo import (
+    ChangeOutcome,
+    SetupResult,
+    SyncReport,
+    SyncStatus,
+    TeamRepo,
+    Version,
+)
+from skilld.sync.usage import sum_usage
+
+__all__ = [
+    "HOST_LOCAL_PATTERNS",
+    "MANIFEST_PATH",
+    "ChangeOutcome",
+    "Conflict",
+    "GitError",
+    "GitMissing",
+    "GitTimeout",
+    "InvalidHost",
+    "Manifest",
+    "ManifestEntry",
+    "ManifestError",
+    "Problem",
+    "SetupResult",
+    "SyncReport",
+    "SyncStatus",
+    "TeamRepo",
+    "Version",
+    "change_message",
+    "find_git",
+    "git_version",
+    "sum_usage",
+    "usage_path",
+]

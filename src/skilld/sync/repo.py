@@ -1,0 +1,722 @@
+"""A library dir as a git work tree of a team's remote: setup, commits, sync rounds, history.
+
+Integration (the Library and the daemon call these; see the package docstring for the flow):
+
+    repo = TeamRepo(skills_dir, remote, branch="main", host="laptop")
+    repo.setup(managed={...})                 # at start-up: init/join, .gitignore; no network
+    with repo.change(message, [relpath], manifest={name: ManifestEntry(relpath, sha)}):
+        atomic_write(skills_dir / relpath, data)   # one commit per change skilld makes
+    report = repo.sync(usage=usage_store.read())   # every interval and on `skilld sync`
+
+Concurrency. Every change to the work tree or the branch (a change, a round's commits, the
+replay and the branch move) holds the work-tree lock: an OS lock on a file in the git dir, so
+the daemon and a `skilld sync` in another process never interleave, plus a re-entrant thread
+lock. Fetch and push run outside it, so a slow remote never blocks learning; a whole round
+holds a second lock so that two rounds never run at once.
+
+Crash safety of ownership. `change` writes the new manifest entry before the caller writes
+the file, and commits both after. A crash in between leaves both uncommitted; the next round
+commits the file as skilld's when it hashes to its manifest entry, drops an entry whose write
+never happened, and commits anything else as a hand edit ("changed by hand on HOST").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from skilld.fsutil import atomic_write
+from skilld.log import get_logger
+from skilld.sync.git import Git, GitError, find_git
+from skilld.sync.health import Problem, diagnose, remote_rewritten, unrelated_history
+from skilld.sync.layout import (
+    EXCLUDE_HOST_LOCAL,
+    GITIGNORE,
+    MANIFEST_PATH,
+    ONLY_HOST_LOCAL,
+    SKILL_FILE,
+    USAGE_DIR,
+    check_host,
+    gitignore_text,
+    skill_name_of_path,
+    usage_path,
+)
+from skilld.sync.manifest import (
+    Manifest,
+    ManifestEntry,
+    ManifestError,
+    parse_manifest,
+    read_manifest,
+    render_manifest,
+)
+from skilld.sync.messages import GITIGNORE as GITIGNORE_EVENT
+from skilld.sync.messages import HAND_EDIT, JOINED, RECOVERED, USAGE, change_message
+from skilld.sync.objects import is_ancestor, read_objects
+from skilld.sync.remote import (
+    RemoteRewritten,
+    check_branch,
+    fetch_branch,
+    normalise_remote,
+    push_branch,
+    tracking_ref,
+)
+from skilld.sync.replay import Conflict, replay
+from skilld.sync.usage import UsageFileError, parse_host_usage, render_host_usage, sum_usage
+
+WORKTREE_LOCK = "skilld-worktree.lock"
+ROUND_LOCK = "skilld-round.lock"
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One committed version of a file."""
+
+    commit: str
+    committed_at: str  # ISO-8601 UTC
+    sha256: str
+    subject: str  # the commit's first line: what changed it ("updated fix-venv", "conflict …")
+
+
+@dataclass(slots=True)
+class ChangeOutcome:
+    """What `TeamRepo.change` committed: `commit` is None when nothing differed or git failed
+    (`error` says why; the change stays in the work tree and the next round commits it)."""
+
+    commit: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetupResult:
+    action: Literal["initialised", "ready"]
+    commits: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStatus:
+    """For `skilld status` and `doctor`: what can be known without the network."""
+
+    set_up: bool  # the library dir is a git work tree
+    head: str | None
+    ahead: int  # local commits waiting to be pushed
+    problems: tuple[Problem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """One round of `sync()`. `ok` False means `error` says why, in one line; nothing local
+    was lost and the next good round catches up."""
+
+    ok: bool
+    error: str | None
+    pushed: int  # commits this round added to the remote
+    pulled: int  # remote commits this round brought in
+    conflicts: tuple[Conflict, ...]
+    committed: tuple[str, ...]  # commits the round made itself (usage, leftovers)
+    attempts: int  # push attempts (a rejected push is retried after another fetch)
+    head: str | None
+    ahead: int  # commits still waiting to be pushed after the round
+    problems: tuple[Problem, ...]  # set when the work tree needs a person (see health.py)
+    started_at: float
+    finished_at: float
+
+
+@dataclass(slots=True)
+class _Round:
+    started_at: float
+    pushed: int = 0
+    pulled: int = 0
+    attempts: int = 0
+    conflicts: list[Conflict] = field(default_factory=list)
+    committed: list[str] = field(default_factory=list)
+
+
+class _Unrelated(Exception):
+    """The branch and the remote's share no commit, though this host synced before."""
+
+
+class TeamRepo:
+    """One library dir shared through one git remote and branch."""
+
+    def __init__(
+        self,
+        root: Path,
+        remote: str,
+        *,
+        host: str,
+        branch: str = "main",
+        timeout: float = 30.0,
+        network_timeout: float = 120.0,
+        max_push_attempts: int = 5,
+        retry_pause: float = 0.25,
+        retry_pause_limit: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = root
+        self.remote = normalise_remote(remote)
+        self.host = check_host(host)
+        self.branch = check_branch(branch)
+        self.max_push_attempts = max_push_attempts
+        self.retry_pause = retry_pause
+        self.retry_pause_limit = retry_pause_limit
+        self.git = Git(root, self.host, timeout=timeout, network_timeout=network_timeout)
+        self._clock = clock
+        self._thread_lock = threading.RLock()
+        self._lock_depth = 0
+        self._lock_fd: int | None = None
+        self._log = get_logger("skilld.sync")
+
+    # -- set-up and health -------------------------------------------------------------------
+
+    @property
+    def is_set_up(self) -> bool:
+        return (self.root / ".git").exists()
+
+    def setup(self, managed: Mapping[str, ManifestEntry] | None = None) -> SetupResult:
+        """Make the library dir a work tree of the remote; idempotent, no network.
+
+        A dir without git metadata (new, empty, or full of skills) gets a repository whose
+        first commit ("joined") holds every file already there, plus `.gitignore` and the
+        manifest seeded with `managed` (the skills skilld owns by its local provenance; an
+        entry is kept only when the file still has that hash). The next `sync()` replays that
+        commit onto the remote's history: both sides' files are kept, and where both hold a
+        path with different content the remote's version wins the path and the local one stays
+        in history. An existing work tree is checked (`problems`: then nothing is changed) and
+        its `.gitignore` kept current. Raises GitMissing, GitError or OSError."""
+        find_git()
+        action: Literal["initialised", "ready"] = "ready"
+        if not self.is_set_up:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.git.run("init", "--quiet", f"--initial-branch={self.branch}")
+            action = "initialised"
+        problems = tuple(self.diagnose())
+        if [p.code for p in problems] == ["no-remote"] and self._head() is None:
+            # A repository with no commit yet is our own init (perhaps cut short by a crash).
+            self.git.run("remote", "add", "origin", self.remote)
+            problems = tuple(self.diagnose())
+        if problems:
+            return SetupResult(action, (), problems)
+        with self.lock():
+            if self._head() is None:
+                commit = self._join_commit(managed or {})
+            else:
+                commit = self._maintain_gitignore()
+        return SetupResult(action, (commit,) if commit else ())
+
+    def diagnose(self, *, history: bool = True) -> list[Problem]:
+        """What keeps this work tree from syncing, each with its repair command (no network).
+        Empty also when the dir is not set up yet: `setup()` does that."""
+        if not self.is_set_up:
+            return []
+        return diagnose(
+            self.git, self.root, branch=self.branch, remote=self.remote, history=history
+        )
+
+    def status(self) -> SyncStatus:
+        if not self.is_set_up:
+            return SyncStatus(False, None, 0, ())
+        problems = tuple(self.diagnose())
+        if any(p.code == "not-a-repository" for p in problems):
+            return SyncStatus(True, None, 0, problems)
+        return SyncStatus(True, self._head(), self._ahead(), problems)
+
+    # -- changes -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the work-tree lock (re-entrant). Hold it around writing a skill file and
+        committing it, or use `change`, which does. Before `setup` there is no git dir to
+        lock in: only this process's threads are kept apart."""
+        with self._thread_lock:
+            if self._lock_depth == 0 and self.is_set_up:
+                self._lock_fd = _acquire(self._git_dir() / WORKTREE_LOCK)
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+                if self._lock_depth == 0 and self._lock_fd is not None:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
+
+    @contextlib.contextmanager
+    def change(
+        self,
+        message: str,
+        paths: Sequence[str],
+        *,
+        manifest: Mapping[str, ManifestEntry | None] | None = None,
+    ) -> Iterator[ChangeOutcome]:
+        """One commit for one change skilld makes: write the files inside the block.
+
+        `paths` (relative to the root; folders allowed) are what the block creates, changes,
+        removes or moves (both ends of a move); `manifest` the entries to set (None removes
+        one). The manifest is written first, so a crash at any point is recovered as skilld's
+        change (see the module docstring). When the block raises, the manifest is put back
+        and nothing is committed. A git failure after the block does not raise: the outcome
+        says so, and the files stay for the next round to commit."""
+        with self.lock():
+            previous = _read_or_none(self.root / MANIFEST_PATH)
+            if manifest:
+                self._write_manifest(self._work_manifest().changed(manifest))
+            outcome = ChangeOutcome()
+            try:
+                yield outcome
+            except BaseException:
+                if manifest:
+                    self._restore_file(MANIFEST_PATH, previous)
+                raise
+            staged = [*paths, MANIFEST_PATH] if manifest else list(paths)
+            if not self.is_set_up:
+                outcome.error = "the library is not a git work tree yet; setup() commits it"
+                return
+            try:
+                outcome.commit = self.commit(message, staged)
+            except GitError as exc:
+                outcome.error = exc.reason
+                self._log.warning("sync_commit_failed", reason=exc.reason, paths=list(paths))
+
+    def commit(self, message: str, paths: Sequence[str]) -> str | None:
+        """Commit exactly `paths` (relative to the root) as they are in the work tree; the new
+        commit, or None when they hold no change. Raises GitError."""
+        with self.lock():
+            present = [p for p in paths if os.path.lexists(self.root / p)]
+            gone = [p for p in paths if p not in present]
+            if present:
+                self._stage(_literal(present))
+            if gone:
+                self.git.run(
+                    "rm", "-r", "--quiet", "--cached", "--ignore-unmatch", "--", *_literal(gone)
+                )
+            if self.git.ok("diff", "--cached", "--quiet"):
+                return None
+            self.git.run("commit", "--quiet", "--no-verify", "--file=-", input=message.encode())
+            return self._head()
+
+    def relpath(self, path: Path) -> str:
+        """`path` (inside the root) as the repository names it."""
+        return path.absolute().relative_to(self.root.absolute()).as_posix()
+
+    def change_message(self, event: str, skill: str | None, *, session: str | None = None) -> str:
+        """The message of a Library change: `<event> <skill>` with this host's trailers."""
+        return change_message(event, skill, host=self.host, session=session)
+
+    # -- the team's view ---------------------------------------------------------------------
+
+    def manifest(self) -> Manifest:
+        """The manifest in the work tree (what every host's skilld wrote, as last synced plus
+        this host's changes). Raises ManifestError when a person broke it: treat every skill
+        as not skilld's until the next change rewrites it."""
+        return read_manifest(self.root)
+
+    def team_usage(self, local: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """This host's usage records with every other host's published counters added."""
+        others = []
+        for file in sorted((self.root / USAGE_DIR).glob("*.json")):
+            if file.stem == self.host:
+                continue
+            try:
+                others.append(parse_host_usage(file.read_bytes()))
+            except (OSError, UsageFileError) as exc:
+                self._log.warning("sync_usage_unreadable", path=str(file), error=str(exc))
+        return sum_usage(local, others)
+
+    def file_versions(self, relpath: str) -> list[Version]:
+        """Every committed version of `relpath` on this branch (both sides of a conflict
+        included), oldest first; commits that removed it are left out."""
+        if self._head() is None:
+            return []
+        log = self.git.run(
+            "--literal-pathspecs", "log", "--format=%H %ct %s", "HEAD", "--", relpath
+        ).text
+        commits = [line.split(" ", 2) for line in reversed(log.splitlines()) if line]
+        blobs = read_objects(self.git, [f"{sha}:{relpath}" for sha, *_ in commits])
+        versions = []
+        for sha, seconds, *subject in commits:
+            data = blobs.get(f"{sha}:{relpath}")
+            if data is not None:
+                moment = datetime.fromtimestamp(int(seconds), UTC).isoformat(timespec="seconds")
+                digest = hashlib.sha256(data).hexdigest()
+                versions.append(Version(sha, moment, digest, subject[0] if subject else ""))
+        return versions
+
+    def read_version(self, commit: str, relpath: str) -> bytes:
+        """The bytes of `relpath` in `commit`; KeyError when that commit has no such file."""
+        data = read_objects(self.git, [f"{commit}:{relpath}"]).get(f"{commit}:{relpath}")
+        if data is None:
+            raise KeyError(f"{relpath} is not in commit {commit}")
+        return data
+
+    # -- a sync round ------------------------------------------------------------------------
+
+    def sync(self, usage: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
+        """One round: publish `usage` (this host's `.usage.json` records) when given, commit
+        what was left uncommitted, fetch, replay local commits onto the remote branch
+        (settling conflicts, see resolve.py), push; a rejected push is retried after another
+        fetch, up to `max_push_attempts` times. Never force-pushes. Sets the dir up first if
+        needed. Never raises for git, network or work-tree trouble: the report says why."""
+        progress = _Round(started_at=self._clock())
+        try:
+            find_git()
+            if not self.is_set_up:
+                setup = self.setup()
+                if setup.problems:
+                    return self._report(progress, problems=setup.problems)
+            problems = tuple(self.diagnose(history=False))
+            if problems:
+                return self._report(progress, problems=problems)
+            with self._round_lock():
+                if usage is not None:
+                    with self.lock():
+                        if commit := self._publish_usage(usage):
+                            progress.committed.append(commit)
+                return self._rounds(progress)
+        except RemoteRewritten as exc:
+            return self._report(progress, problems=(remote_rewritten(self.root, exc.reason),))
+        except _Unrelated:
+            return self._report(progress, problems=(unrelated_history(self.root, self.branch),))
+        except GitError as exc:
+            return self._report(progress, error=exc.reason)
+        except OSError as exc:  # the work tree itself: a full disk, a permission
+            return self._report(progress, error=f"{exc.strerror or exc}: {exc.filename}")
+
+    def _rounds(self, progress: _Round) -> SyncReport:
+        window = 0.0
+        while progress.attempts < self.max_push_attempts:
+            if progress.attempts:
+                # Randomised exponential backoff, scaled to how long an attempt takes (the
+                # window in which another host's push beats ours): hosts that collided would
+                # otherwise collide again in lockstep.
+                scale = max(self.retry_pause, window) * 2 ** (progress.attempts - 1)
+                time.sleep(random.uniform(0, min(scale, self.retry_pause_limit)))
+            progress.attempts += 1
+            attempt_started = time.monotonic()
+            fetched = fetch_branch(self.git, self.branch)
+            with self.lock():
+                progress.committed += self._commit_leftovers()
+                head = self._head()
+                if head is not None and fetched.tip is not None:
+                    head = self._integrate(head, fetched.tip, fetched.previous, progress)
+                    if fetched.tip != fetched.previous:
+                        self.git.run("update-ref", tracking_ref(self.branch), fetched.tip)
+                # The remote's .gitignore may have come in without skilld's block (a join).
+                if commit := self._maintain_gitignore():
+                    progress.committed.append(commit)
+                    head = commit
+            if head is None or head == fetched.tip:
+                return self._report(progress)
+            if push_branch(self.git, head, self.branch):
+                progress.pushed += self._count(head, excluding=fetched.tip)
+                return self._report(progress)
+            window = time.monotonic() - attempt_started
+        attempts = progress.attempts
+        return self._report(
+            progress, error=f"the remote kept moving: the push was rejected {attempts} times"
+        )
+
+    def _integrate(self, head: str, remote_tip: str, previous: str | None, progress: _Round) -> str:
+        """Put this host's commits on top of `remote_tip`; the new head. `previous` is the
+        remote state this host integrated last (None: never synced)."""
+        if is_ancestor(self.git, remote_tip, head):
+            return head
+        if is_ancestor(self.git, head, remote_tip):
+            progress.pulled += self._count(remote_tip, excluding=head)
+            self._move_branch(head, remote_tip)
+            return remote_tip
+        # Never synced: this is the join, and an unrelated history is what joining is for.
+        if previous is not None and not self.git.ok("merge-base", head, remote_tip):
+            raise _Unrelated
+        progress.pulled += self._count(remote_tip, excluding=head)
+        local = self.git.run(
+            "rev-list", "--reverse", "--first-parent", head, "--not", remote_tip
+        ).text.split()
+        result = replay(self.git, self._git_dir(), onto=remote_tip, commits=local, host=self.host)
+        progress.conflicts += result.conflicts
+        self._move_branch(head, result.tip)
+        return result.tip
+
+    def _move_branch(self, head: str, target: str) -> None:
+        """Move the branch and the work tree from `head` to `target`. `reset --keep` refuses
+        (and changes nothing) if a file it must replace has uncommitted changes."""
+        if self._head() != head:
+            raise GitError("the branch moved during the sync; the next round retries")
+        self.git.run("reset", "--quiet", "--keep", target)
+
+    def _report(
+        self, progress: _Round, *, error: str | None = None, problems: tuple[Problem, ...] = ()
+    ) -> SyncReport:
+        if problems and error is None:
+            error = str(problems[0])
+        head = ahead = None
+        with contextlib.suppress(GitError):
+            head = self._head() if self.is_set_up else None
+            ahead = self._ahead() if head else 0
+        report = SyncReport(
+            ok=error is None,
+            error=error,
+            pushed=progress.pushed,
+            pulled=progress.pulled,
+            conflicts=tuple(progress.conflicts),
+            committed=tuple(progress.committed),
+            attempts=progress.attempts,
+            head=head,
+            ahead=ahead or 0,
+            problems=problems,
+            started_at=progress.started_at,
+            finished_at=self._clock(),
+        )
+        if error:
+            self._log.warning("sync_failed", root=str(self.root), error=error)
+        return report
+
+    # -- what a round commits itself ---------------------------------------------------------
+
+    def _publish_usage(self, records: Mapping[str, Mapping[str, Any]]) -> str | None:
+        relpath = usage_path(self.host)
+        data = render_host_usage(self.host, records)
+        path = self.root / relpath
+        if _read_or_none(path) == data:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, data)
+        subject = f"usage of {self.host}"
+        return self.commit(change_message(USAGE, None, host=self.host, subject=subject), [relpath])
+
+    def _commit_leftovers(self) -> list[str]:
+        """Commit what is uncommitted: skilld's own changes a crash or a git failure left
+        (their files hash to their manifest entries) in one commit, then everything else, a
+        person's edits, in a "changed by hand" commit."""
+        changed = self._changed_paths()
+        if not changed:
+            return []
+        head_manifest = self._manifest_at("HEAD")
+        try:
+            work_manifest = read_manifest(self.root)
+        except ManifestError as exc:
+            self._log.warning("sync_manifest_unreadable", error=str(exc))
+            work_manifest = head_manifest
+        accepted = self._accepted_entries(head_manifest, work_manifest)
+        settled = head_manifest.changed(accepted)
+        ours = {p for p in changed if self._is_skillds(p, accepted, head_manifest)}
+        manifest_file = self.root / MANIFEST_PATH
+        if settled.skills or manifest_file.exists():
+            if _read_or_none(manifest_file) != render_manifest(settled):
+                self._write_manifest(settled)
+            ours.add(MANIFEST_PATH)
+        commits = []
+        if ours:
+            skills = sorted({n for p in ours if (n := _skill_of(p, settled, head_manifest))})
+            message = change_message(
+                RECOVERED, ", ".join(skills) or None, host=self.host,
+                subject=f"skilld's uncommitted changes on {self.host}", paths=sorted(ours),
+            )  # fmt: skip
+            if commit := self.commit(message, sorted(ours)):
+                commits.append(commit)
+        hand = sorted(set(changed) - ours - {MANIFEST_PATH})
+        if hand:
+            skills = sorted({n for p in hand if (n := _skill_of(p, settled, head_manifest))})
+            message = change_message(
+                HAND_EDIT, ", ".join(skills) or None, host=self.host,
+                subject=f"changed by hand on {self.host}", paths=hand,
+            )  # fmt: skip
+            if commit := self.commit(message, hand):
+                commits.append(commit)
+        return commits
+
+    def _accepted_entries(self, head: Manifest, work: Manifest) -> dict[str, ManifestEntry | None]:
+        """The work tree's manifest changes whose file writes really happened."""
+        accepted: dict[str, ManifestEntry | None] = {}
+        for name in head.skills.keys() | work.skills.keys():
+            before, after = head.get(name), work.get(name)
+            if before == after:
+                continue
+            if after is None:
+                if before is not None and not (self.root / before.path).exists():
+                    accepted[name] = None
+            elif _sha256_of(self.root / after.path) == after.sha256:
+                accepted[name] = after
+        return accepted
+
+    def _is_skillds(
+        self, relpath: str, accepted: Mapping[str, ManifestEntry | None], head: Manifest
+    ) -> bool:
+        if relpath == usage_path(self.host):
+            return True
+        for name, entry in accepted.items():
+            previous = head.get(name)
+            folders = [_folder_of(e.path) for e in (entry, previous) if e is not None]
+            if any(relpath == f or relpath.startswith(f"{f}/") for f in folders):
+                return True
+        return False
+
+    def _join_commit(self, managed: Mapping[str, ManifestEntry]) -> str | None:
+        self._write_gitignore()
+        seeded = {
+            name: entry
+            for name, entry in managed.items()
+            if _sha256_of(self.root / entry.path) == entry.sha256
+        }
+        if seeded:
+            self._write_manifest(self._work_manifest().changed(seeded))
+        self._stage(["."])
+        message = change_message(JOINED, None, host=self.host, subject=f"library of {self.host}")
+        self.git.run("commit", "--quiet", "--no-verify", "--file=-", input=message.encode())
+        return self._head()
+
+    def _maintain_gitignore(self) -> str | None:
+        if not self._write_gitignore():
+            return None
+        subject = "skilld keeps host-local files out of git"
+        message = change_message(GITIGNORE_EVENT, None, host=self.host, subject=subject)
+        return self.commit(message, [GITIGNORE])
+
+    def _write_gitignore(self) -> bool:
+        path = self.root / GITIGNORE
+        existing = _read_or_none(path)
+        wanted = gitignore_text((existing or b"").decode("utf-8", "replace")).encode()
+        if existing == wanted:
+            return False
+        atomic_write(path, wanted)
+        return True
+
+    # -- small helpers -----------------------------------------------------------------------
+
+    def _stage(self, pathspecs: Sequence[str]) -> None:
+        """`git add --all` of `pathspecs`, host-local files left out whatever `.gitignore`
+        says. They are unstaged after the add rather than excluded in it: with an exclude
+        pathspec, git (2.39) silently skips a file inside a folder it does not track yet."""
+        self.git.run("add", "--all", "--", *pathspecs)
+        staged = self.git.run(
+            "diff", "--cached", "--name-only", "-z", "--no-renames", "--", *ONLY_HOST_LOCAL
+        ).stdout
+        local = [name.decode("utf-8", "surrogateescape") for name in staged.split(b"\0") if name]
+        if not local:
+            return
+        if self._head() is None:
+            self.git.run("rm", "--cached", "--quiet", "--", *_literal(local))
+        else:
+            self.git.run("reset", "--quiet", "--", *_literal(local))
+
+    def _changed_paths(self) -> list[str]:
+        status = self.git.run(
+            "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+            "--", ".", *EXCLUDE_HOST_LOCAL,
+        ).stdout  # fmt: skip
+        return [
+            record[3:].decode("utf-8", "surrogateescape")
+            for record in status.split(b"\0")
+            if len(record) > 3
+        ]
+
+    def _manifest_at(self, commit: str) -> Manifest:
+        data = read_objects(self.git, [f"{commit}:{MANIFEST_PATH}"]).get(
+            f"{commit}:{MANIFEST_PATH}"
+        )
+        if data is None:
+            return Manifest()
+        try:
+            return parse_manifest(data)
+        except ManifestError:
+            return Manifest()
+
+    def _work_manifest(self) -> Manifest:
+        """The work tree's manifest; the committed one when a person broke the file."""
+        try:
+            return read_manifest(self.root)
+        except ManifestError as exc:
+            self._log.warning("sync_manifest_unreadable", error=str(exc))
+            return self._manifest_at("HEAD") if self._head() else Manifest()
+
+    def _write_manifest(self, manifest: Manifest) -> None:
+        path = self.root / MANIFEST_PATH
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, render_manifest(manifest))
+
+    def _restore_file(self, relpath: str, data: bytes | None) -> None:
+        path = self.root / relpath
+        if data is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write(path, data)
+
+    def _head(self) -> str | None:
+        result = self.git.run("rev-parse", "--quiet", "--verify", "HEAD^{commit}", check=False)
+        return result.line or None
+
+    def _ahead(self) -> int:
+        tracking = tracking_ref(self.branch)
+        if self.git.ok("rev-parse", "--quiet", "--verify", f"{tracking}^{{commit}}"):
+            return self._count("HEAD", excluding=tracking)
+        return self._count("HEAD", excluding=None)
+
+    def _count(self, tip: str, *, excluding: str | None) -> int:
+        """Commits reachable from `tip` and not from `excluding`."""
+        args = [tip] if excluding is None else [tip, "--not", excluding]
+        return int(self.git.run("rev-list", "--count", *args).line or 0)
+
+    def _git_dir(self) -> Path:
+        dot_git = self.root / ".git"
+        if dot_git.is_dir():
+            return dot_git
+        return Path(self.git.run("rev-parse", "--absolute-git-dir").line)
+
+    @contextlib.contextmanager
+    def _round_lock(self) -> Iterator[None]:
+        fd = _acquire(self._git_dir() / ROUND_LOCK)
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+
+def _acquire(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _literal(paths: Sequence[str]) -> list[str]:
+    return [f":(literal){path}" for path in paths]
+
+
+def _folder_of(relpath: str) -> str:
+    """A skill's folder for the dir layout (`name/SKILL.md` -> `name`), else the file."""
+    return relpath.removesuffix(f"/{SKILL_FILE}") if relpath.endswith(f"/{SKILL_FILE}") else relpath
+
+
+def _skill_of(relpath: str, *manifests: Manifest) -> str | None:
+    for manifest in manifests:
+        for name, entry in manifest.skills.items():
+            folder = _folder_of(entry.path)
+            if relpath == folder or relpath.startswith(f"{folder}/"):
+                return name
+    return skill_name_of_path(relpath)
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _sha256_of(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None

@@ -1,0 +1,156 @@
+"""Team libraries in the product: set a library's work tree up, run a sync round, and record
+what it did (events, the status `skilld status` shows). The git engine is `skilld.sync`.
+
+A library with `remote` is a work tree of that repository; its changes are committed by the
+Library as they happen. A round here publishes this host's usage, commits what was left,
+fetches, replays this host's commits onto the remote and pushes; each conflict it settled is a
+`conflict` event naming both versions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from skilld.log import get_logger
+
+if TYPE_CHECKING:
+    from skilld.app import App
+    from skilld.skills.library import Library
+    from skilld.state import StateDB
+    from skilld.sync import SyncReport
+
+_log = get_logger("skilld.team")
+
+
+def host_id(configured: str) -> str:
+    """This machine's id in the team: `[sync] host`, else the hostname made a usable id."""
+    if configured:
+        return configured
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.uname().nodename).strip("-._")
+    return (name or "host")[:63]
+
+
+def meta_key(library: str) -> str:
+    return f"sync:{library}"
+
+
+def set_up(library: Library) -> list[str]:
+    """Make the library's dir a work tree of its remote (no network); problems that need a
+    person, each with the command that repairs it. Idempotent."""
+    from skilld.sync import GitError
+
+    team = library.team
+    assert team is not None
+    try:
+        # The seed is read only where a join may still happen (it hashes every skill file).
+        result = team.setup(library.team_seed() if not team.is_set_up else None)
+    except (GitError, OSError) as exc:
+        return [f"{library.root}: {exc}"]
+    return [f"{problem.message} (repair: {problem.repair})" for problem in result.problems]
+
+
+def sync_round(library: Library) -> SyncReport:
+    """One sync round of a team library (git and the network only: it may run in a thread)."""
+    team = library.team
+    assert team is not None
+    return team.sync(usage=library.usage.read())
+
+
+def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
+    """A round's conflicts as events, and its outcome as the library's sync status."""
+    previous = state.get_meta(meta_key(library.name), {})
+    when = datetime.fromtimestamp(report.finished_at, UTC).isoformat(timespec="seconds")
+    status = {
+        **previous,
+        "last_attempt": when,
+        "last_error": report.error,
+        "pushed": report.pushed,
+        "pulled": report.pulled,
+        "ahead": report.ahead,
+        "problems": [f"{p.message} (repair: {p.repair})" for p in report.problems],
+    }
+    if report.ok:
+        status["last_success"] = when
+    if report.pulled:
+        follow_archive_moves(library)
+    with state.transaction():
+        for conflict in report.conflicts:
+            state.add_event(
+                "conflict",
+                library=library.name,
+                skill=conflict.skill,
+                source="sync",
+                reason=(
+                    f"{_side(conflict.winner_host, conflict.winner)} version kept"
+                    f" ({conflict.rule}); {_side(conflict.loser_host, conflict.winner, lost=True)}"
+                    f" version is in history as {conflict.loser_commit[:12]}"
+                ),
+                detail=asdict(conflict),
+            )
+        if report.pushed or report.pulled:
+            state.add_event(
+                "synced",
+                library=library.name,
+                source="sync",
+                detail={"pushed": report.pushed, "pulled": report.pulled},
+            )
+        if not report.ok:
+            state.add_event(
+                "error", library=library.name, source="sync", reason=f"sync: {report.error}"
+            )
+        state.set_meta(meta_key(library.name), status)
+
+
+def _side(host: str | None, winner: str, *, lost: bool = False) -> str:
+    """A conflict's side as a person reads it: the host's name, else where it came from."""
+    if host:
+        return f"{host}'s"
+    local = (winner == "local") != lost
+    return "this host's" if local else "the remote's"
+
+
+def follow_archive_moves(library: Library) -> None:
+    """After a round that pulled: this host's usage records follow the archives and restores
+    teammates made (a record's `state` is host-local, the files are the team's)."""
+    archived = library.archived()
+    for name, record in library.usage.read().items():
+        # Only the few records that may disagree look at their skill's files.
+        if record.get("state") == "archived":
+            if library.entry(name, parse=False) is not None:
+                library.usage.set_state(name, "active")
+        elif name in archived and library.entry(name, parse=False) is None:
+            library.usage.set_state(name, "archived")
+
+
+def team_libraries(app: App) -> list[Library]:
+    return [library for library in app.libraries.values() if library.team is not None]
+
+
+def sync_status(app: App) -> list[dict[str, Any]]:
+    """Per team library: the last successful sync, commits waiting to be pushed, the last
+    error, and problems a person must repair (no network)."""
+    rows = []
+    for library in team_libraries(app):
+        team = library.team
+        assert team is not None
+        recorded = app.state.get_meta(meta_key(library.name), {})
+        status = team.status()
+        rows.append(
+            {
+                "library": library.name,
+                "remote": team.remote,
+                "branch": team.branch,
+                "host": team.host,
+                "set_up": status.set_up,
+                "last_success": recorded.get("last_success"),
+                "last_attempt": recorded.get("last_attempt"),
+                "last_error": recorded.get("last_error"),
+                "ahead": status.ahead,
+                "problems": [f"{p.message} (repair: {p.repair})" for p in status.problems],
+            }
+        )
+    return rows

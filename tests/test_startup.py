@@ -1,0 +1,89 @@
+"""The commands an agent's hook calls load only what they use (bench/startup.py times them)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from skilld.cli import GROUPS, build_parser
+from skilld.commands.common import Parser
+from tests.conftest import Workspace
+
+
+def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(actions[0].choices)
+
+
+#: What one-shot commands must not pay for: the LLM client, logging, YAML, the event loop,
+#: the redaction patterns.
+HEAVY = ("httpx", "structlog", "yaml", "anyio", "asyncio", "skilld.redact")
+
+PROBE = """
+import json, sys
+from skilld.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
+"""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["usage", "use", "run-tests"], ["skills", "list", "--json"], ["status", "--json"]],
+    ids=["usage use", "skills list", "status"],
+)
+def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: list[str]) -> None:
+    workspace.write_config()
+    written = workspace.cli(
+        "skills", "write", "run-tests", "--description", "Run the tests.", "--content", "1. Go.\n"
+    )
+    assert written.returncode == 0, written.stderr
+    report = workspace.root / "modules.json"
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(report), *command],
+        env=workspace.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(report.read_text())
+    assert loaded["code"] == 0
+    assert [module for module in HEAVY if module in loaded["modules"]] == []
+    command_modules = {m for m in loaded["modules"] if m.startswith("skilld.commands.")}
+    assert command_modules == {"skilld.commands.common", f"skilld.commands.{GROUPS[command[0]]}"}
+
+
+def test_the_group_table_names_the_module_of_every_command() -> None:
+    """`GROUPS` lets a command line build one module's parsers; it must say what each module
+    registers, and a command line naming no known command still gets every command."""
+    assert subcommand_names(build_parser([])) == set(GROUPS)
+    assert subcommand_names(build_parser(["frobnicate"])) == set(GROUPS)
+    for group, module in GROUPS.items():
+        commands = Parser().add_subparsers()
+        importlib.import_module(f"skilld.commands.{module}").register(commands)
+        assert group in commands.choices
+        line = ["--config", "x.toml", group, "--help"]
+        assert subcommand_names(build_parser(line)) == set(commands.choices)
+
+
+def test_the_probe_sees_a_heavy_import(workspace: Workspace) -> None:
+    """The check can fail: a command that does load them (the daemon's) is seen doing it."""
+    workspace.write_config()
+    report = workspace.root / "modules.json"
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(report), "once"],
+        env=workspace.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(report.read_text())["modules"]
+    assert {"httpx", "anyio", "structlog"} <= set(loaded)
