@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -25,12 +24,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.campaigns.harness import Unprivileged, unprivileged
 from tests.campaigns.test_bad_transcripts import Format, Writer
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
@@ -147,84 +146,38 @@ def test_every_pending_window_is_reflected_after_an_outage_of_any_kind(
     assert skill_md(workspace, "survive-the-outage").is_file()
 
 
-NOBODY = 65534
-
-
 class AsNobody(Workspace):
     """A workspace whose commands run as an unprivileged user (tests run as root, and root
     writes through permission bits)."""
 
-    pythonpath = ""
+    user = Unprivileged((), 0, 0)
 
     def cli(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
         if not self.config_path.exists():
             self.write_config()
-        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
         return subprocess.run(
-            [*drop, sys.executable, "-m", "skilld", *args],
-            env=self.env(HOME=str(self.root), PYTHONPATH=self.pythonpath, **env),
+            self.user.skilld(*args),
+            env=self.env(HOME=str(self.root), **env),
             capture_output=True,
             text=True,
             timeout=timeout,
         )
 
 
-def runtime_distributions(name: str = "skilld") -> list[metadata.Distribution]:
-    """The installed distributions `name` needs at run time (no extras), itself excluded."""
-    found: dict[str, metadata.Distribution] = {}
-    todo = [req for req in metadata.requires(name) or [] if "extra ==" not in req]
-    while todo:
-        requirement = re.split(r"[\s;<>=!~\[(]", todo.pop(), maxsplit=1)[0]
-        key = requirement.lower().replace("_", "-")
-        if key in found:
-            continue
-        try:
-            found[key] = metadata.distribution(requirement)
-        except metadata.PackageNotFoundError:
-            continue  # a requirement whose marker excludes this Python
-        todo.extend(req for req in found[key].requires or [] if "extra ==" not in req)
-    return list(found.values())
-
-
-@pytest.fixture(scope="module")
-def readable_runtime() -> Iterator[str]:
-    """A copy of skilld and what it imports in a folder anyone may read: the unprivileged
-    user cannot enter a CI checkout or virtual environment made by `mktemp -d`."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root to drop to an unprivileged user")
-    import skilld
-
-    folder = Path(tempfile.mkdtemp(prefix="skilld-runtime-"))
-    try:
-        folder.chmod(0o755)
-        tops = {Path(skilld.__file__).parent}
-        for dist in runtime_distributions():
-            for file in dist.files or []:
-                top = file.parts[0]
-                if top != ".." and not top.endswith((".dist-info", ".data", ".pth")):
-                    tops.add(Path(str(dist.locate_file(top))))
-        for top in tops:
-            copy = shutil.copytree if top.is_dir() else shutil.copy2
-            copy(top, folder / top.name)
-        for path in (folder, *folder.rglob("*")):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        yield str(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.fixture
-def as_nobody(readable_runtime: str) -> Iterator[AsNobody]:
+def as_nobody() -> Iterator[AsNobody]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to an unprivileged user")
     # Outside pytest's tmp dir, which only root may enter.
     root = Path(tempfile.mkdtemp(prefix="skilld-reliability-"))
     try:
         root.chmod(0o755)
         ws = AsNobody(root)
-        ws.pythonpath = readable_runtime
+        ws.user = unprivileged()
         for folder in (ws.skills, ws.sessions, ws.state):
             folder.mkdir()
         for path in (root, ws.skills, ws.sessions, ws.state):
-            os.chown(path, NOBODY, NOBODY)
+            os.chown(path, ws.user.uid, ws.user.gid)
         yield ws
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -247,8 +200,7 @@ def test_a_project_folder_missing_or_unreadable_for_a_tick_is_not_read_again(
     locked.path = root / "-home-dev-locked" / locked.path.name
     for writer, topic in ((moved, "the moved build"), (locked, "the locked cache")):
         writer.create(writer.encode(writer.turn(f"How is {topic} fixed?", "Run make test.")))
-    for path in (root, *root.rglob("*")):
-        os.chown(path, NOBODY, NOBODY)
+    ws.user.own(root)
     ws.sources = [{"kind": "claude-code", "path": str(root)}]
     configure(ws, fake_llm)
     once(ws)
@@ -330,14 +282,14 @@ def test_a_read_only_skills_dir_is_an_error_then_the_skill_lands_without_a_new_c
     configure(ws, fake_llm, llm={"max_retries": 0})
     fake_llm.default = skill_reply("read-only-skill")
     ws.add_session("s1", conversation("the read-only dir"))
-    os.chown(ws.sessions / "s1.jsonl", NOBODY, NOBODY)
+    ws.user.own(ws.sessions / "s1.jsonl")
     os.chown(ws.skills, 0, 0)  # mode 755: only root may write there
 
     once(ws)
     assert len(fake_llm.requests) == 1
 
     def writable() -> None:
-        os.chown(ws.skills, NOBODY, NOBODY)
+        os.chown(ws.skills, ws.user.uid, ws.user.gid)
 
     lands_once_the_fault_clears(
         ws, fake_llm, "read-only-skill", "jsonl:s1", "Permission denied", writable

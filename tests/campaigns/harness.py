@@ -5,6 +5,7 @@ about it, and a skilld process run as an unprivileged user.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -24,6 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -429,17 +431,62 @@ def unprivileged() -> Unprivileged:
     nobody = pwd.getpwnam("nobody")
     setpriv, runuser = shutil.which("setpriv"), shutil.which("runuser")
     if setpriv:
-        prefix: tuple[str, ...] = (
+        drop: tuple[str, ...] = (
             setpriv,
             f"--reuid={nobody.pw_uid}",
             f"--regid={nobody.pw_gid}",
             "--clear-groups",
+            "--",
         )
     elif runuser:
-        prefix = (runuser, "-u", "nobody", "--")
+        drop = (runuser, "-u", "nobody", "--")
     else:
         pytest.skip("running as root with neither setpriv nor runuser to drop privileges")
+    # `env` puts the copy first on the path whatever the caller's environment holds.
+    prefix = (*drop, "env", f"PYTHONPATH={readable_runtime()}")
     return Unprivileged(prefix, nobody.pw_uid, nobody.pw_gid)
+
+
+def runtime_distributions(name: str = "skilld") -> list[metadata.Distribution]:
+    """The installed distributions `name` needs at run time (no extras), itself excluded."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = [req for req in metadata.requires(name) or [] if "extra ==" not in req]
+    while todo:
+        requirement = re.split(r"[\s;<>=!~\[(]", todo.pop(), maxsplit=1)[0]
+        key = requirement.lower().replace("_", "-")
+        if key in found:
+            continue
+        try:
+            found[key] = metadata.distribution(requirement)
+        except metadata.PackageNotFoundError:
+            continue  # a requirement whose marker leaves it out on this Python
+        todo.extend(req for req in found[key].requires or [] if "extra ==" not in req)
+    return list(found.values())
+
+
+@functools.cache
+def readable_runtime() -> str:
+    """A copy of skilld and of what it imports, in a folder anyone may read: `nobody` cannot
+    enter a checkout or a virtual environment made under `mktemp -d` (as CI's are)."""
+    import skilld
+
+    folder = Path(tempfile.mkdtemp(prefix="skilld-runtime-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder.chmod(0o755)
+    tops = {Path(skilld.__file__).parent}
+    for dist in runtime_distributions():
+        for file in dist.files or []:
+            top = file.parts[0]
+            if top != ".." and not top.endswith((".dist-info", ".data", ".pth")):
+                tops.add(Path(str(dist.locate_file(top))))
+    for top in tops:
+        if top.is_dir():
+            shutil.copytree(top, folder / top.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(top, folder / top.name)
+    for path in (folder, *folder.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return str(folder)
 
 
 @contextlib.contextmanager
