@@ -150,7 +150,7 @@ class AsNobody(Workspace):
     """A workspace whose commands run as an unprivileged user (tests run as root, and root
     writes through permission bits)."""
 
-    user = Unprivileged((), 0, 0)
+    user = Unprivileged((), 0, 0)  # set by the fixture
 
     def cli(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
         if not self.config_path.exists():

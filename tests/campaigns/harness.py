@@ -411,7 +411,8 @@ class Unprivileged:
     """How to start a process as `nobody` when the tests run as root (as CI does), so that
     permission bits really stop it; as another user, processes already obey them."""
 
-    prefix: tuple[str, ...]
+    #: The command that runs `skilld` as the user, its arguments to follow.
+    command: tuple[str, ...]
     uid: int
     gid: int
 
@@ -422,12 +423,12 @@ class Unprivileged:
                 os.chown(path, self.uid, self.gid, follow_symlinks=False)
 
     def skilld(self, *args: str) -> list[str]:
-        return [*self.prefix, *skilld_argv(*args)]
+        return [*self.command, *args]
 
 
 def unprivileged() -> Unprivileged:
     if os.geteuid() != 0:
-        return Unprivileged((), os.getuid(), os.getgid())
+        return Unprivileged(tuple(skilld_argv()), os.getuid(), os.getgid())
     nobody = pwd.getpwnam("nobody")
     setpriv, runuser = shutil.which("setpriv"), shutil.which("runuser")
     if setpriv:
@@ -442,9 +443,13 @@ def unprivileged() -> Unprivileged:
         drop = (runuser, "-u", "nobody", "--")
     else:
         pytest.skip("running as root with neither setpriv nor runuser to drop privileges")
-    # `env` puts the copy first on the path whatever the caller's environment holds.
-    prefix = (*drop, "env", f"PYTHONPATH={readable_runtime()}")
-    return Unprivileged(prefix, nobody.pw_uid, nobody.pw_gid)
+    # As `python -m skilld`, from the readable copy. Not through PYTHONPATH and `env`: a helper
+    # exec'd as nobody may not enter the venv's folder at all, where setpriv's exec still may.
+    boot = (
+        f"import runpy, sys; sys.path.insert(0, {readable_runtime()!r});"
+        " runpy.run_module('skilld', run_name='__main__', alter_sys=True)"
+    )
+    return Unprivileged((*drop, sys.executable, "-c", boot), nobody.pw_uid, nobody.pw_gid)
 
 
 def runtime_distributions(name: str = "skilld") -> list[metadata.Distribution]:
