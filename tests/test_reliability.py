@@ -13,23 +13,22 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.campaigns.harness import Unprivileged, unprivileged
+from tests.campaigns.harness import Unprivileged, shared_tmp_dir, unprivileged
 from tests.campaigns.test_bad_transcripts import Format, Writer
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
@@ -146,11 +145,12 @@ def test_every_pending_window_is_reflected_after_an_outage_of_any_kind(
     assert skill_md(workspace, "survive-the-outage").is_file()
 
 
+@dataclass
 class AsNobody(Workspace):
     """A workspace whose commands run as an unprivileged user (tests run as root, and root
     writes through permission bits)."""
 
-    user = Unprivileged((), 0, 0)  # set by the fixture
+    user: Unprivileged = field(default_factory=unprivileged)
 
     def cli(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
         if not self.config_path.exists():
@@ -168,19 +168,13 @@ class AsNobody(Workspace):
 def as_nobody() -> Iterator[AsNobody]:
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to an unprivileged user")
-    # Outside pytest's tmp dir, which only root may enter.
-    root = Path(tempfile.mkdtemp(prefix="skilld-reliability-"))
-    try:
-        root.chmod(0o755)
+    with shared_tmp_dir() as root:
         ws = AsNobody(root)
-        ws.user = unprivileged()
         for folder in (ws.skills, ws.sessions, ws.state):
             folder.mkdir()
         for path in (root, ws.skills, ws.sessions, ws.state):
             os.chown(path, ws.user.uid, ws.user.gid)
         yield ws
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- 2. a source tree that goes away for a while keeps its cursors ---------------------------
