@@ -42,7 +42,7 @@ import pytest
 import yaml
 
 from skilld.cli import build_parser
-from skilld.config import ARRAYS, SECTIONS, build_config
+from skilld.config import ARRAYS, SECTIONS, build_config, section_keys
 from skilld.routing import resolve
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
 
@@ -401,13 +401,13 @@ def test_the_configuration_page_documents_every_key_and_its_default() -> None:
         part = page.partition(title)[2].partition("\n## ")[0]
         example_part = example.partition(f"[[{section}]]" if array else f"[{section}]")[2]
         example_part = re.split(r"^\[", example_part, flags=re.M)[0]
-        for spec in cls.__dataclass_fields__.values():
-            row = re.search(rf"^\| `{spec.name}` \| ([^|]*) \|", part, flags=re.M)
-            assert row, f"configuration.md does not document {section}.{spec.name}"
-            literal = re.search(rf"^{spec.name} = (.*?)\s*(?:#.*)?$", example_part, flags=re.M)
+        for key in section_keys(cls):
+            row = re.search(rf"^\| `{key}` \| ([^|]*) \|", part, flags=re.M)
+            assert row, f"configuration.md does not document {section}.{key}"
+            literal = re.search(rf"^{key} = (.*?)\s*(?:#.*)?$", example_part, flags=re.M)
             if not array and literal:
                 assert row.group(1).strip() == f"`{literal.group(1)}`", (
-                    f"{section}.{spec.name}: the page says {row.group(1).strip()}, "
+                    f"{section}.{key}: the page says {row.group(1).strip()}, "
                     f"config.example.toml {literal.group(1)}"
                 )
 

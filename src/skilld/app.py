@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from skilld.config import Config
@@ -56,7 +56,7 @@ class App:
         """`root`'s project library for the agent of `user`."""
         spec = project_library(user.spec, root)
         if self.project_home is not None:
-            spec = replace(spec, dir=self.project_home / spec.storage_key)
+            spec = spec._replace(dir=self.project_home / spec.storage_key)
         return self.open_library(spec)
 
     def known_projects(self) -> list[Library]:

@@ -3,32 +3,33 @@
 Where a value comes from is resolved once, here: `--config PATH`, else `$SKILLD_CONFIG`, else
 `$XDG_CONFIG_HOME/skilld/config.toml`, else built-in defaults. Relative paths in a file are taken
 relative to that file, so an example config works from any working directory.
+
+Each section is a `NamedTuple` whose annotations are its schema: the type a value is coerced
+to, and (`Annotated`) the check it must pass. Every command loads the config, so the schema is
+built the cheap way: named tuples, and annotations evaluated once here rather than postponed.
 """
 
-from __future__ import annotations
-
-import dataclasses
 import os
 import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, NamedTuple, get_args, get_origin
 
 from skilld.errors import ConfigError
 
 ValueOrigin = Literal["default", "file", "env"]
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+# Patterns are compiled on first use (by `re`'s cache): every command imports this module.
+_DURATION = r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$"
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_duration(text: str) -> float:
     """`"90s"`, `"15m"`, `"24h"`, `"7d"`, `"2w"` → seconds."""
-    match = _DURATION.match(text.strip().lower())
+    match = re.match(_DURATION, text.strip().lower())
     if not match:
         raise ValueError(f"not a duration (use e.g. 90s, 15m, 24h, 7d): {text!r}")
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
@@ -63,53 +64,59 @@ def _non_negative(value: float) -> str | None:
     return None if value >= 0 else "must be 0 or more"
 
 
-def _check(check: Any) -> dict[str, Any]:
-    return {"check": check}
+#: `Annotated` checks: a function of the coerced value returning the problem, or None.
+Positive = Annotated[int, _positive]
+NonNegative = Annotated[int, _non_negative]
+PositiveSeconds = Annotated[float, _positive]
+NonNegativeFloat = Annotated[float, _non_negative]
+
+Dialect = Literal["dsh", "claude", "agentskills"]
+Layout = Literal["dir", "flat"]
 
 
-@dataclass(frozen=True)
-class SkillsConfig:
-    dir: Path = field(default_factory=default_skills_dir)
-    layout: Literal["dir", "flat"] = "dir"
-    dialect: Literal["dsh", "claude", "agentskills"] = "dsh"
+class SkillsConfig(NamedTuple):
+    #: Default: `default_skills_dir()`, read when the config is built (see `_DEFAULT_FACTORIES`).
+    dir: Path
+    layout: Layout = "dir"
+    dialect: Dialect = "dsh"
     extra_dirs: tuple[Path, ...] = ()
-    max_managed: int = field(default=50, metadata=_check(_non_negative))
+    max_managed: NonNegative = 50
     name_prefix: str = ""
-    max_content_chars: int = field(default=20000, metadata=_check(_positive))
-    history_keep: int = field(default=10, metadata=_check(_non_negative))
+    max_content_chars: Positive = 20000
+    history_keep: NonNegative = 10
     #: A git URL or path: the single library is a work tree of this team repository.
     remote: str = ""
     branch: str = "main"
 
 
-@dataclass(frozen=True)
-class LibraryConfig:
+class LibraryConfig(NamedTuple):
     """One `[[libraries]]` table; unset keys come from the agent's defaults or `[skills]`."""
 
     name: str
     dir: Path | None = None
-    dialect: Literal["dsh", "claude", "agentskills"] | None = None
-    layout: Literal["dir", "flat"] | None = None
-    max_managed: int | None = field(default=None, metadata=_check(_non_negative))
+    dialect: Dialect | None = None
+    layout: Layout | None = None
+    max_managed: Annotated[int | None, _non_negative] = None
     name_prefix: str | None = None
     #: Where a project keeps this agent's skills, relative to the project root ("" = none).
     project_dir: str | None = None
     remote: str | None = None
     branch: str = "main"
 
-    def __post_init__(self) -> None:
-        if not _LIBRARY_NAME.fullmatch(self.name):
-            raise ConfigError(
-                f"must be kebab-case (a-z, 0-9, single hyphens), got {self.name!r}",
-                "libraries.name",
-            )
-        if self.project_dir:
-            check_project_dir(self.project_dir, "libraries.project_dir")
-        if not self.branch.strip() or any(c.isspace() for c in self.branch):
-            raise ConfigError(f"not a branch name: {self.branch!r}", "libraries.branch")
+
+def _check_library(library: LibraryConfig) -> None:
+    if not re.fullmatch(_LIBRARY_NAME, library.name):
+        raise ConfigError(
+            f"must be kebab-case (a-z, 0-9, single hyphens), got {library.name!r}",
+            "libraries.name",
+        )
+    if library.project_dir:
+        check_project_dir(library.project_dir, "libraries.project_dir")
+    if not library.branch.strip() or any(c.isspace() for c in library.branch):
+        raise ConfigError(f"not a branch name: {library.branch!r}", "libraries.branch")
 
 
-_LIBRARY_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_LIBRARY_NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
 
 
 def check_project_dir(value: str, key: str) -> str:
@@ -120,17 +127,16 @@ def check_project_dir(value: str, key: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class StateConfig:
-    dir: Path = field(default_factory=default_state_dir)
+class StateConfig(NamedTuple):
+    #: Default: `default_state_dir()`, read when the config is built.
+    dir: Path
 
 
 SourceKind = Literal["jsonl", "dsh", "claude-code", "codex", "hermes"]
 SOURCE_KINDS: tuple[str, ...] = get_args(SourceKind)
 
 
-@dataclass(frozen=True)
-class SourceConfig:
+class SourceConfig(NamedTuple):
     kind: SourceKind
     path: Path | None = None
     glob: str = ""
@@ -139,21 +145,20 @@ class SourceConfig:
     library: str = ""
 
 
-@dataclass(frozen=True)
-class EvolveConfig:
-    interval_seconds: float = field(default=60, metadata=_check(_positive))
-    cooldown_seconds: float = field(default=300, metadata=_check(_non_negative))
-    min_messages: int = field(default=4, metadata=_check(_positive))
-    window_max_chars: int = field(default=60000, metadata=_check(_positive))
-    tool_result_max_chars: int = field(default=2000, metadata=_check(_positive))
-    max_line_bytes: int = field(default=8 * 1024 * 1024, metadata=_check(_positive))
-    max_attempts: int = field(default=5, metadata=_check(_positive))
+class EvolveConfig(NamedTuple):
+    interval_seconds: PositiveSeconds = 60
+    cooldown_seconds: NonNegativeFloat = 300
+    min_messages: Positive = 4
+    window_max_chars: Positive = 60000
+    tool_result_max_chars: Positive = 2000
+    max_line_bytes: Positive = 8 * 1024 * 1024
+    max_attempts: Positive = 5
     publish: Literal["auto", "review"] = "auto"
     backfill: str = "24h"
     similarity_threshold: float = 0.85
     #: A turn still unfinished after this long without new messages is reflected as it is
     #: (the agent crashed or was killed mid-turn and will never finish it).
-    turn_timeout_seconds: float = field(default=1800, metadata=_check(_positive))
+    turn_timeout_seconds: PositiveSeconds = 1800
     #: "user": every skill goes to the user library; "auto": the model may mark a skill as
     #: belonging to the session's project.
     scope: Literal["user", "auto"] = "user"
@@ -163,91 +168,89 @@ class EvolveConfig:
     guidance: str = ""
     guidance_file: Path | None = None
 
-    def __post_init__(self) -> None:
-        if self.backfill not in ("none", "all"):
-            try:
-                parse_duration(self.backfill)
-            except ValueError as exc:
-                raise ConfigError(f"{exc}; or use 'none' or 'all'", "evolve.backfill") from None
-        if not 0 < self.similarity_threshold <= 1:
-            raise ConfigError("must be in (0, 1]", "evolve.similarity_threshold")
+
+def _check_evolve(evolve: EvolveConfig) -> None:
+    if evolve.backfill not in ("none", "all"):
+        try:
+            parse_duration(evolve.backfill)
+        except ValueError as exc:
+            raise ConfigError(f"{exc}; or use 'none' or 'all'", "evolve.backfill") from None
+    if not 0 < evolve.similarity_threshold <= 1:
+        raise ConfigError("must be in (0, 1]", "evolve.similarity_threshold")
 
 
-@dataclass(frozen=True)
-class SyncConfig:
+class SyncConfig(NamedTuple):
     """Team libraries shared over git (a library with `remote`)."""
 
-    interval_seconds: float = field(default=300, metadata=_check(_positive))
+    interval_seconds: PositiveSeconds = 300
     #: This machine's stable id in the team; default: the hostname.
     host: str = ""
 
-    def __post_init__(self) -> None:
-        if self.host and not _HOST_NAME.fullmatch(self.host):
-            raise ConfigError(
-                f"must be letters, digits, '.', '_' or '-', got {self.host!r}", "sync.host"
-            )
+
+def _check_sync(sync: SyncConfig) -> None:
+    if sync.host and not re.fullmatch(_HOST_NAME, sync.host):
+        raise ConfigError(
+            f"must be letters, digits, '.', '_' or '-', got {sync.host!r}", "sync.host"
+        )
 
 
-_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_HOST_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 
-@dataclass(frozen=True)
-class LLMConfig:
+class LLMConfig(NamedTuple):
     base_url: str = "https://api.deepseek.com/v1"
     model: str = "deepseek-chat"
     api_key_env: str = "DEEPSEEK_API_KEY"
-    timeout_seconds: float = field(default=60, metadata=_check(_positive))
-    max_retries: int = field(default=3, metadata=_check(_non_negative))
+    timeout_seconds: PositiveSeconds = 60
+    max_retries: NonNegative = 3
     response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
-    max_concurrency: int = field(default=2, metadata=_check(_positive))
-    max_calls_per_hour: int = field(default=120, metadata=_check(_non_negative))
-    temperature: float = field(default=0.2, metadata=_check(_non_negative))
-    max_tokens: int = field(default=4096, metadata=_check(_positive))
+    max_concurrency: Positive = 2
+    max_calls_per_hour: NonNegative = 120
+    temperature: NonNegativeFloat = 0.2
+    max_tokens: Positive = 4096
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
 
 
-@dataclass(frozen=True)
-class CuratorConfig:
+class CuratorConfig(NamedTuple):
     enabled: bool = True
-    interval_hours: float = field(default=24, metadata=_check(_positive))
-    stale_after_days: float = field(default=30, metadata=_check(_positive))
-    archive_after_days: float = field(default=90, metadata=_check(_positive))
+    interval_hours: PositiveSeconds = 24
+    stale_after_days: PositiveSeconds = 30
+    archive_after_days: PositiveSeconds = 90
     consolidate: bool = False
     disable_stale: bool = False
 
-    def __post_init__(self) -> None:
-        if self.archive_after_days < self.stale_after_days:
-            raise ConfigError(
-                "must not be smaller than curator.stale_after_days", "curator.archive_after_days"
-            )
+
+def _check_curator(curator: CuratorConfig) -> None:
+    if curator.archive_after_days < curator.stale_after_days:
+        raise ConfigError(
+            "must not be smaller than curator.stale_after_days", "curator.archive_after_days"
+        )
 
 
-@dataclass(frozen=True)
-class LogConfig:
+class LogConfig(NamedTuple):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-@dataclass(frozen=True)
-class Config:
-    skills: SkillsConfig = field(default_factory=SkillsConfig)
-    state: StateConfig = field(default_factory=StateConfig)
-    sources: tuple[SourceConfig, ...] = ()
-    libraries: tuple[LibraryConfig, ...] = ()
-    sync: SyncConfig = field(default_factory=SyncConfig)
-    evolve: EvolveConfig = field(default_factory=EvolveConfig)
-    llm: LLMConfig = field(default_factory=LLMConfig)
-    curator: CuratorConfig = field(default_factory=CuratorConfig)
-    log: LogConfig = field(default_factory=LogConfig)
+class Config(NamedTuple):
+    skills: SkillsConfig
+    state: StateConfig
+    sources: tuple[SourceConfig, ...]
+    libraries: tuple[LibraryConfig, ...]
+    sync: SyncConfig
+    evolve: EvolveConfig
+    llm: LLMConfig
+    curator: CuratorConfig
+    log: LogConfig
     #: Where the file came from (None: built-in defaults only).
-    path: Path | None = None
+    path: Path | None
     #: "section.key" -> where its value came from.
-    origins: Mapping[str, ValueOrigin] = field(default_factory=dict)
+    origins: Mapping[str, ValueOrigin]
 
 
-SECTIONS: dict[str, type] = {
+SECTIONS: dict[str, Any] = {
     "skills": SkillsConfig,
     "state": StateConfig,
     "sync": SyncConfig,
@@ -259,7 +262,26 @@ SECTIONS: dict[str, type] = {
 
 
 #: Arrays of tables: `[[sources]]`, `[[libraries]]`.
-ARRAYS: dict[str, type] = {"sources": SourceConfig, "libraries": LibraryConfig}
+ARRAYS: dict[str, Any] = {"sources": SourceConfig, "libraries": LibraryConfig}
+
+#: Defaults that depend on the environment ($HOME, $DSH_HOME, $XDG_STATE_HOME), read per build.
+_DEFAULT_FACTORIES: dict[type, dict[str, Callable[[], Any]]] = {
+    SkillsConfig: {"dir": default_skills_dir},
+    StateConfig: {"dir": default_state_dir},
+}
+
+#: Rules over a whole table, checked once its values are coerced.
+_TABLE_CHECKS: dict[type, Callable[[Any], None]] = {
+    LibraryConfig: _check_library,
+    EvolveConfig: _check_evolve,
+    SyncConfig: _check_sync,
+    CuratorConfig: _check_curator,
+}
+
+
+def section_keys(cls: Any) -> tuple[str, ...]:
+    """The keys a section (or array table) accepts, in declaration order."""
+    return tuple(cls._fields)
 
 
 def config_path_from_env(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -343,15 +365,14 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
         section, _, key = rest.partition("_")
         if section not in SECTIONS:
             continue
-        names = {f.name for f in dataclasses.fields(SECTIONS[section])}
-        if key not in names:
+        if key not in section_keys(SECTIONS[section]):
             raise ConfigError(f"unknown key in environment variable {var}", f"{section}.{key}")
         overrides.setdefault(section, {})[key] = value
     return overrides
 
 
 def _build_section(
-    cls: type,
+    cls: Any,
     section: str,
     table: Mapping[str, Any],
     env: Mapping[str, str],
@@ -361,29 +382,36 @@ def _build_section(
 ) -> Any:
     if not isinstance(table, Mapping):
         raise ConfigError("must be a table", section)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    keys = section_keys(cls)
     for key in table:
-        if key not in fields:
-            raise ConfigError(f"unknown key (known: {', '.join(fields)})", f"{section}.{key}")
+        if key not in keys:
+            raise ConfigError(f"unknown key (known: {', '.join(keys)})", f"{section}.{key}")
+    hints: dict[str, Any] = cls.__annotations__
+    factories = _DEFAULT_FACTORIES.get(cls, {})
     values: dict[str, Any] = {}
-    for name, spec in fields.items():
+    for name in keys:
         dotted = f"{section}.{name}"
         origin: ValueOrigin
+        hint, checks = _unannotated(hints[name])
         if name in env:
-            value, origin = _from_env(env[name], hints[name], dotted), "env"
+            value, origin = _from_env(env[name], hint, dotted), "env"
         elif name in table:
             value, origin = table[name], "file"
         else:
             origins[dotted] = "default"
+            if name in factories:
+                values[name] = factories[name]()
             continue
-        value = _coerce(value, hints[name], dotted, base=base if origin == "file" else Path.cwd())
-        if (check := spec.metadata.get("check")) and (problem := check(value)):
-            raise ConfigError(f"{problem} (got {value!r})", dotted)
+        value = _coerce(value, hint, dotted, base=base if origin == "file" else Path.cwd())
+        for check in checks:
+            if problem := check(value):
+                raise ConfigError(f"{problem} (got {value!r})", dotted)
         values[name] = value
         origins[dotted] = origin
     try:
-        return cls(**values)
+        built = cls(**values)
+        if table_check := _TABLE_CHECKS.get(cls):
+            table_check(built)
     except TypeError as exc:
         raise ConfigError(str(exc), section) from None
     except ConfigError as exc:
@@ -392,6 +420,14 @@ def _build_section(
         if exc.key and not exc.key.startswith(f"{section}."):
             raise ConfigError(exc.message, f"{section}.{exc.key.partition('.')[2]}") from None
         raise
+    return built
+
+
+def _unannotated(hint: Any) -> tuple[Any, tuple[Callable[[Any], str | None], ...]]:
+    """A schema annotation -> (the type values are coerced to, the checks they must pass)."""
+    if get_origin(hint) is Annotated:
+        return get_args(hint)[0], hint.__metadata__
+    return hint, ()
 
 
 def _from_env(text: str, hint: Any, key: str) -> Any:

@@ -22,7 +22,7 @@ FILE_MODE = 0o666
 #: A temp file of a process that may still be writing it (in another pid namespace, say) is
 #: left alone for this long.
 STRAY_TEMP_SECONDS = 3600.0
-_TEMP_OWNER = re.compile(re.escape(TEMP_MARKER) + r"(\d+)-")
+_TEMP_OWNER = re.escape(TEMP_MARKER) + r"(\d+)-"  # compiled on first use
 
 
 class UnsafePath(ValueError):
@@ -90,7 +90,7 @@ def remove_stray_temps(root: Path, *, depth: int = 2, now: float | None = None) 
 
 def _writer_gone(name: str) -> bool:
     """Whether the process named in a temp file's name has exited (False when unknown)."""
-    match = _TEMP_OWNER.search(name)
+    match = re.search(_TEMP_OWNER, name)
     if match is None:
         return False
     pid = int(match.group(1))

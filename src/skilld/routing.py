@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from skilld.config import (
     SOURCE_KINDS,
@@ -43,8 +43,7 @@ def _env_home(variable: str, fallback: str) -> Path:
     return Path(value).expanduser() if value else Path.home() / fallback
 
 
-@dataclass(frozen=True, slots=True)
-class AgentDefaults:
+class AgentDefaults(NamedTuple):
     """Where an agent keeps its sessions, and the library it loads: its name, dir, dialect
     and project skills dir."""
 
@@ -113,8 +112,7 @@ def default_sources() -> tuple[SourceConfig, ...]:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class LibrarySpec:
+class LibrarySpec(NamedTuple):
     """One library, every key resolved."""
 
     name: str
@@ -141,14 +139,12 @@ class LibrarySpec:
         return storage_key(self.name)
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
+class Route(NamedTuple):
     source: SourceConfig  # its `path` resolved
     library: str
 
 
-@dataclass(frozen=True, slots=True)
-class Routing:
+class Routing(NamedTuple):
     libraries: Mapping[str, LibrarySpec]
     routes: tuple[Route, ...]
     #: The sources were found on this machine (no `[[sources]]` configured).
@@ -206,7 +202,7 @@ def resolve(
         name = _route(source, libraries, legacy=explicit_dir, key=key)
         if name not in libraries:
             libraries[name] = _agent_library(AGENTS[_AGENT_BY_LIBRARY[name]], config)
-        routes.append(Route(replace(source, path=path), name))
+        routes.append(Route(source._replace(path=path), name))
     _check_distinct_dirs(libraries)
     return Routing(libraries, tuple(routes), detected=detected)
 
@@ -252,8 +248,7 @@ def project_library(user: LibrarySpec, root: Path) -> LibrarySpec:
     """The library of `root`'s project skills for the agent of `user` (its own cap, history,
     ownership and usage sidecar)."""
     assert user.project_dir is not None
-    return replace(
-        user,
+    return user._replace(
         name=f"{user.name}{PROJECT_MARK}{root}",
         dir=root / user.project_dir,
         project_dir=None,
@@ -333,8 +328,7 @@ def _declared(table: LibraryConfig, config: Config) -> LibrarySpec:
         )
     base = _agent_library(agent, config) if agent is not None else _legacy(config)
     project_dir = base.project_dir if table.project_dir is None else (table.project_dir or None)
-    return replace(
-        base,
+    return base._replace(
         name=table.name,
         dir=table.dir if table.dir is not None else base.dir,
         dialect=table.dialect or base.dialect,
@@ -369,8 +363,7 @@ def _legacy(config: Config) -> LibrarySpec:
 
 def _agent_library(agent: AgentDefaults, config: Config) -> LibrarySpec:
     kind = _AGENT_BY_LIBRARY[agent.library]
-    return replace(
-        _legacy(config),
+    return _legacy(config)._replace(
         name=agent.library,
         dir=agent.dir(),
         dialect=agent.dialect,

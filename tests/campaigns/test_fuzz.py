@@ -17,7 +17,6 @@ property and per transcript kind.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 import os
@@ -35,6 +34,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from skilld.config import SECTIONS, Config, ConfigError, build_config, load_config
+from skilld.config import section_keys as keys_of
 from skilld.evolve.contract import Decline, Proposal, Violation, extract_json_object, parse_reply
 from skilld.skills.document import (
     AGENTSKILLS_WHEN_MARKER,
@@ -938,9 +938,7 @@ def test_every_field_may_hold_any_json_type(
 # ------------------------------------------------------------------------------------------
 # 4. The config loader
 
-section_keys = {
-    name: sorted(field.name for field in dataclasses.fields(cls)) for name, cls in SECTIONS.items()
-}
+section_keys = {name: sorted(keys_of(cls)) for name, cls in SECTIONS.items()}
 config_values: st.SearchStrategy[Any] = (
     json_scalars
     | st.lists(json_scalars, max_size=3)

@@ -13,7 +13,6 @@ the name of its variable and whether that variable is set.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import os
@@ -525,18 +524,16 @@ def render_config(config: Config) -> Iterator[str]:
     for section in SECTIONS:
         yield ""
         yield f"[{section}]"
-        values = getattr(config, section)
-        for spec in dataclasses.fields(values):
-            raw = getattr(values, spec.name)
-            comment = _origin_comment(config, f"{section}.{spec.name}")
+        for key, raw in getattr(config, section)._asdict().items():
+            comment = _origin_comment(config, f"{section}.{key}")
             if raw is None:
-                yield f"# {spec.name} not set  # {comment}"
+                yield f"# {key} not set  # {comment}"
                 continue
-            value = _printable(section, spec.name, raw)
-            if section == "llm" and spec.name == "api_key_env":
+            value = _printable(section, key, raw)
+            if section == "llm" and key == "api_key_env":
                 key_state = "set" if config.llm.api_key() else "NOT set"
                 comment += f"; ${value} is {key_state} (its value is never shown)"
-            yield f"{spec.name} = {toml_value(value)}  # {comment}"
+            yield f"{key} = {toml_value(value)}  # {comment}"
     yield from _render_sources(config)
     yield from _render_libraries(config)
 
@@ -587,12 +584,11 @@ def _render_sources(config: Config) -> Iterator[str]:
     for index, spec in enumerate(config.sources):
         yield ""
         yield "[[sources]]"
-        for field in dataclasses.fields(spec):
-            value = getattr(spec, field.name)
-            comment = _origin_comment(config, f"sources[{index}].{field.name}")
+        for key, value in spec._asdict().items():
+            comment = _origin_comment(config, f"sources[{index}].{key}")
             if value is None:
                 default = source_path(spec) or "none for this kind: set it"
-                yield f"# {field.name} not set: {default}  # {comment}"
+                yield f"# {key} not set: {default}  # {comment}"
                 continue
-            printed = toml_value(_printable("sources", field.name, value))
-            yield f"{field.name} = {printed}  # {comment}"
+            printed = toml_value(_printable("sources", key, value))
+            yield f"{key} = {printed}  # {comment}"

@@ -29,7 +29,7 @@ import sqlite3
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,7 @@ class ReplayReport:
 def replay_routes(routing: Routing, source_kind: str | None) -> list[SourceConfig]:
     """The sources the daemon would read (configured, else found), optionally of one kind, each
     naming its library."""
-    routes = [replace(route.source, library=route.library) for route in routing.routes]
+    routes = [route.source._replace(library=route.library) for route in routing.routes]
     if source_kind is not None:
         routes = [source for source in routes if source.kind == source_kind]
         if not routes:
@@ -214,15 +214,14 @@ def sandbox_config(config: Config, routing: Routing, options: ReplayOptions) -> 
         )
         for spec in routing.libraries.values()
     )
-    evolve = replace(
-        config.evolve, backfill=options.since or "all", cooldown_seconds=0, max_attempts=1
+    evolve = config.evolve._replace(
+        backfill=options.since or "all", cooldown_seconds=0, max_attempts=1
     )
-    llm = replace(config.llm, max_calls_per_hour=0) if options.dry_run else config.llm
+    llm = config.llm._replace(max_calls_per_hour=0) if options.dry_run else config.llm
     origins = {key: origin for key, origin in config.origins.items() if key != "skills.dir"}
-    return replace(
-        config,
+    return config._replace(
         libraries=libraries,
-        state=replace(config.state, dir=options.out / "state"),
+        state=config.state._replace(dir=options.out / "state"),
         sources=tuple(replay_routes(routing, options.source_kind)),
         evolve=evolve,
         llm=llm,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import unicodedata
 
 #: Every frontmatter dialect skilld can write; ``document`` re-exports this.
 DIALECTS = ("dsh", "claude", "agentskills")
@@ -116,6 +115,8 @@ def _describe_character(character: str) -> str:
     if character.isspace():
         return f"whitespace U+{ord(character):04X}"
     if not character.isascii():
+        import unicodedata  # only to explain a rejected name: not on every hook's path
+
         unicode_name = unicodedata.name(character, "unnamed character")
         return f"non-ASCII character U+{ord(character):04X} {unicode_name}"
     return f"character {character!r} is not allowed"

@@ -29,10 +29,9 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, NamedTuple, get_args
 
 from skilld.fsutil import fsync_dir
 from skilld.log import get_logger
@@ -61,7 +60,7 @@ _RECORD_MARKERS: Final = frozenset(
     (*COUNT_FIELDS, *ACTIVITY_FIELDS, "created_at", "created_by", "state", "pinned")
 )
 
-_KEY_BEFORE_OBJECT = re.compile(r'"((?:[^"\\\n]|\\.)*)"\s*:\s*(?=\{)')
+_KEY_BEFORE_OBJECT = r'"((?:[^"\\\n]|\\.)*)"\s*:\s*(?=\{)'  # compiled on first use
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
 _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Let the umask decide: a fixed 0o644 would take group write away from a shared skills dir.
@@ -173,8 +172,7 @@ def apply_bump(records: dict[str, Record], name: str, kind: str, at: datetime) -
 # -- decoding and encoding `.usage.json` -------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
+class Decoded(NamedTuple):
     records: dict[str, Record]
     #: Top-level entries that are not records (not objects); kept as they are on every write.
     extras: dict[str, Any]
@@ -187,7 +185,7 @@ def salvage_records(text: str) -> dict[str, Record]:
     decoder = json.JSONDecoder()
     records: dict[str, Record] = {}
     resume = 0
-    for match in _KEY_BEFORE_OBJECT.finditer(text):
+    for match in re.finditer(_KEY_BEFORE_OBJECT, text):
         if match.start() < resume:
             continue  # inside a record decoded already
         try:
