@@ -19,6 +19,19 @@ from skilld.state import StateDB
 from tests.fakellm import FakeLLM
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _config_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every skilld the tests start keeps its config cache in the session's temp dir, not in
+    the home directory of whoever runs the tests."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if saved is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +171,75 @@ def test_example_config_loads_and_equals_the_defaults(tmp_path: Path) -> None:
     assert config.llm == defaults.llm
     assert config.curator == defaults.curator
     assert config.skills.max_managed == defaults.skills.max_managed
+
+
+# -- the decoded-config cache ----------------------------------------------------------------
+
+LOAD_PROBE = """
+import json, sys
+from skilld.config import load_config
+config = load_config(sys.argv[1])
+print(json.dumps({"parsed": "tomllib" in sys.modules, "max_managed": config.skills.max_managed,
+                  "interval": config.evolve.interval_seconds, "dir": str(config.skills.dir)}))
+"""
+
+
+def _load_in_a_process(config: Path, cache: Path) -> dict[str, object]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_PROBE, str(config)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(result.stdout)
+
+
+def test_an_unchanged_config_is_loaded_without_the_toml_parser(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[skills]\ndir = "skills"\nmax_managed = 7\n[evolve]\n'
+                      "interval_seconds = 30\n", encoding="utf-8")  # fmt: skip
+    first = _load_in_a_process(config, tmp_path / "cache")
+    second = _load_in_a_process(config, tmp_path / "cache")
+    assert first["parsed"] is True and second["parsed"] is False
+    assert {**first, "parsed": None} == {**second, "parsed": None}
+    assert second == {"parsed": False, "max_managed": 7, "interval": 30.0,
+                      "dir": str(tmp_path / "skills")}  # fmt: skip
+    assert (tmp_path / "cache" / "skilld" / "config.json").stat().st_mode & 0o077 == 0
+
+
+def test_an_edit_is_seen_at_once_even_at_the_same_size_and_time(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[skills]\nmax_managed = 50\n", encoding="utf-8")
+    stamp = config.stat()
+    assert load_config(config, environ={}).skills.max_managed == 50
+    config.write_text("[skills]\nmax_managed = 60\n", encoding="utf-8")
+    os.utime(config, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # nothing but the text differs
+    assert load_config(config, environ={}).skills.max_managed == 60
+
+
+def test_a_damaged_or_unwritable_cache_costs_only_a_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[skills]\nmax_managed = 5\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    load_config(config, environ={})
+    entry = cache / "skilld" / "config.json"
+    for damage in (b"", b"{not json", b'{"text": "[skills]\\nmax_managed = 5\\n", "table": 3}'):
+        entry.write_bytes(damage)
+        assert load_config(config, environ={}).skills.max_managed == 5
+        assert json.loads(entry.read_bytes())["table"] == {"skills": {"max_managed": 5}}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(config))  # a file: no cache dir can be made there
+    assert load_config(config, environ={}).skills.max_managed == 5
+
+
+def test_a_table_json_cannot_hold_is_parsed_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = tmp_path / "config.toml"
+    config.write_text("[sync]\nhost = 1979-05-27\n", encoding="utf-8")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match=r"sync\.host: must be a string"):
+            load_config(config, environ={})
+    assert not (tmp_path / "cache" / "skilld" / "config.json").exists()

@@ -23,6 +23,9 @@ def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:
 #: What one-shot commands must not pay for: the LLM client, logging, YAML, the event loop,
 #: the redaction patterns.
 HEAVY = ("httpx", "structlog", "yaml", "anyio", "asyncio", "skilld.redact")
+#: Standard-library modules they do without: the TOML parser once the config is cached (the
+#: `skills write` before each probe loads the same file), shutil (argparse's help width).
+AVOIDED = ("tomllib", "shutil")
 
 PROBE = """
 import json, sys
@@ -56,6 +59,7 @@ def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: l
     loaded = json.loads(report.read_text())
     assert loaded["code"] == 0
     assert [module for module in HEAVY if module in loaded["modules"]] == []
+    assert [module for module in AVOIDED if module in loaded["modules"]] == []
     command_modules = {m for m in loaded["modules"] if m.startswith("skilld.commands.")}
     assert command_modules == {"skilld.commands.common", f"skilld.commands.{GROUPS[command[0]]}"}
 

@@ -11,7 +11,6 @@ built the cheap way: named tuples, and annotations evaluated once here rather th
 
 import os
 import re
-import tomllib
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -302,19 +301,33 @@ def load_config(
     """Load, override from the environment, expand and validate. Raises ConfigError."""
     environ = os.environ if environ is None else environ
     path = config_path_from_env(explicit)
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-        except RecursionError:
-            raise ConfigError(f"{path} is not valid TOML: nested too deeply") from None
+    raw = _read_table(path) if path is not None else {}
     return build_config(raw, environ=environ, path=path)
+
+
+def _read_table(path: Path) -> dict[str, Any]:
+    from skilld._config_cache import cached_table, store_table
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    if (table := cached_table(text)) is not None:
+        return table
+    import tomllib  # only when the file changed since the last load: see _config_cache
+
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is not valid TOML: nested too deeply") from None
+    store_table(text, table)
+    return table
 
 
 def build_config(

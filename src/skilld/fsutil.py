@@ -46,8 +46,11 @@ def temp_name(name: str) -> str:
     return f".{name}{TEMP_MARKER}{os.getpid()}-{os.urandom(6).hex()}"
 
 
-def atomic_write(path: Path, data: bytes | str, *, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `data` atomically and durably."""
+def atomic_write(
+    path: Path, data: bytes | str, *, mode: int = FILE_MODE, durable: bool = True
+) -> None:
+    """Replace `path` with `data` atomically and (unless `durable` is False: a cache, which a
+    crash may lose) durably."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     directory = path.parent
     temp = directory / temp_name(path.name)
@@ -55,14 +58,16 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int = FILE_MODE) -> Non
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
         raise
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
 
 
 def remove_stray_temps(root: Path, *, depth: int = 2, now: float | None = None) -> list[Path]:

@@ -14,8 +14,6 @@ machine:
 dialect and layout come from the agent unless a `[[libraries]]` table says otherwise.
 """
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence

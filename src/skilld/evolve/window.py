@@ -7,7 +7,6 @@ order, and the delimiters around the transcript, which the transcript itself can
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,6 +129,8 @@ class Window:
 
 def delimit(body: str, *, token: str | None = None) -> Window:
     """Wrap `body` in tags carrying a random token that does not occur in it."""
+    import secrets  # (with hmac and random) not for `skilld status`, which imports this module
+
     while True:
         nonce = token or secrets.token_hex(8)
         if nonce not in body:

@@ -26,7 +26,6 @@ import datetime as dt
 import functools
 import json
 import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -490,6 +489,8 @@ def _check_when_to_use(when_to_use: object, dialect: str) -> None:
 
 
 def _check_field_text(label: str, text: str, dialect: str) -> None:
+    import unicodedata  # a C extension a `skills list` does not need
+
     if dialect in _ANGLE_BRACKET_DIALECTS and ("<" in text or ">" in text):
         raise InvalidSkill(f"{label} must not contain '<' or '>' in the {dialect} dialect")
     if dialect == "agentskills" and any(character in _LINE_BREAKS for character in text):

@@ -22,7 +22,6 @@ the records that can still be decoded; it never silently becomes empty.
 from __future__ import annotations
 
 import contextlib
-import copy
 import fcntl
 import json
 import os
@@ -31,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, get_args
+from typing import Any, Final, Literal, NamedTuple, TypeVar, get_args
 
 from skilld.fsutil import fsync_dir
 from skilld.log import get_logger
@@ -247,6 +246,16 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+_JSON = TypeVar("_JSON")
+
+
+def _copied(value: _JSON) -> _JSON:
+    """A deep copy of JSON values (what records are): `copy.deepcopy` would cost a hook its
+    import, and is slower on them than this round trip."""
+    copied: _JSON = json.loads(json.dumps(value))
+    return copied
+
+
 class UsageStore:
     """Reads and writes `<skills_dir>/.usage.json` safely beside Hermes and other processes.
 
@@ -281,7 +290,7 @@ class UsageStore:
         """Every record; a private copy the caller may change."""
         with self._mutex:
             if self._transaction is not None:
-                return copy.deepcopy(self._transaction)
+                return _copied(self._transaction)
             with self._file_locked():
                 return self._load()[1].records
 
@@ -322,7 +331,7 @@ class UsageStore:
                 record = records[name] = new_record(self._clock(), created_by=created_by)
             elif created_by is not None and record.get("created_by") is None:
                 record["created_by"] = created_by
-            return copy.deepcopy(record)
+            return _copied(record)
 
     def set_pinned(self, name: str, pinned: bool) -> None:
         with self.transaction() as records:
