@@ -243,3 +243,21 @@ def test_a_table_json_cannot_hold_is_parsed_every_time(
         with pytest.raises(ConfigError, match=r"sync\.host: must be a string"):
             load_config(config, environ={})
     assert not (tmp_path / "cache" / "skilld" / "config.json").exists()
+
+
+def test_a_cache_others_could_write_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = tmp_path / "config.toml"
+    text = "[skills]\nmax_managed = 5\n"
+    config.write_text(text, encoding="utf-8")
+    load_config(config, environ={})
+    entry = tmp_path / "cache" / "skilld" / "config.json"
+    forged = {"text": text, "table": {"skills": {"max_managed": 9}}}
+    entry.write_text(json.dumps(forged), encoding="utf-8")
+    entry.chmod(0o600)
+    assert load_config(config, environ={}).skills.max_managed == 9  # the cache is used ...
+    entry.write_text(json.dumps(forged), encoding="utf-8")
+    entry.chmod(0o666)
+    assert load_config(config, environ={}).skills.max_managed == 5  # ... unless others may write it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -91,3 +92,19 @@ def test_the_probe_sees_a_heavy_import(workspace: Workspace) -> None:
     assert result.returncode == 0, result.stderr
     loaded = json.loads(report.read_text())["modules"]
     assert {"httpx", "anyio", "structlog"} <= set(loaded)
+
+
+def test_help_is_wrapped_to_the_terminal_width_without_shutil() -> None:
+    """The help formatter sizes itself as argparse's would (`$COLUMNS`, else the terminal)."""
+
+    def help_lines(columns: str) -> list[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "skilld", "skills", "write", "--help"],
+            env={**os.environ, "COLUMNS": columns}, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        # The options' help, which argparse wraps (it cannot break a long usage group).
+        return result.stdout.partition("options:")[2].splitlines()
+
+    narrow, wide = help_lines("50"), help_lines("200")
+    assert max(map(len, narrow)) <= 50 < max(map(len, wide))
+    assert len(narrow) > len(wide)

@@ -28,7 +28,12 @@ def cache_file() -> Path:
 def cached_table(text: str) -> dict[str, Any] | None:
     """The table `text` decoded to, if it is the text the cache holds; else None."""
     try:
-        entry = json.loads(cache_file().read_bytes())
+        with open(cache_file(), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            # The table becomes the configuration: only a file no one else could have written.
+            if info.st_uid != os.getuid() or info.st_mode & 0o022:
+                return None
+            entry = json.loads(handle.read())
     except (OSError, ValueError, RuntimeError):  # RuntimeError: $HOME unknown
         return None
     if not isinstance(entry, dict) or entry.get("text") != text:
