@@ -23,13 +23,9 @@ from tests.fakellm import FakeLLM
 def _config_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every skilld the tests start keeps its config cache in the session's temp dir, not in
     the home directory of whoever runs the tests."""
-    saved = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if saved is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = saved
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture

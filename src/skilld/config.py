@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, get_args, get_origin
 
+from skilld._config_cache import cached_table, store_table
 from skilld.errors import ConfigError
 
 ValueOrigin = Literal["default", "file", "env"]
@@ -66,7 +67,7 @@ def _non_negative(value: float) -> str | None:
 #: `Annotated` checks: a function of the coerced value returning the problem, or None.
 Positive = Annotated[int, _positive]
 NonNegative = Annotated[int, _non_negative]
-PositiveSeconds = Annotated[float, _positive]
+PositiveFloat = Annotated[float, _positive]
 NonNegativeFloat = Annotated[float, _non_negative]
 
 Dialect = Literal["dsh", "claude", "agentskills"]
@@ -145,7 +146,7 @@ class SourceConfig(NamedTuple):
 
 
 class EvolveConfig(NamedTuple):
-    interval_seconds: PositiveSeconds = 60
+    interval_seconds: PositiveFloat = 60
     cooldown_seconds: NonNegativeFloat = 300
     min_messages: Positive = 4
     window_max_chars: Positive = 60000
@@ -157,7 +158,7 @@ class EvolveConfig(NamedTuple):
     similarity_threshold: float = 0.85
     #: A turn still unfinished after this long without new messages is reflected as it is
     #: (the agent crashed or was killed mid-turn and will never finish it).
-    turn_timeout_seconds: PositiveSeconds = 1800
+    turn_timeout_seconds: PositiveFloat = 1800
     #: "user": every skill goes to the user library; "auto": the model may mark a skill as
     #: belonging to the session's project.
     scope: Literal["user", "auto"] = "user"
@@ -181,7 +182,7 @@ def _check_evolve(evolve: EvolveConfig) -> None:
 class SyncConfig(NamedTuple):
     """Team libraries shared over git (a library with `remote`)."""
 
-    interval_seconds: PositiveSeconds = 300
+    interval_seconds: PositiveFloat = 300
     #: This machine's stable id in the team; default: the hostname.
     host: str = ""
 
@@ -200,7 +201,7 @@ class LLMConfig(NamedTuple):
     base_url: str = "https://api.deepseek.com/v1"
     model: str = "deepseek-chat"
     api_key_env: str = "DEEPSEEK_API_KEY"
-    timeout_seconds: PositiveSeconds = 60
+    timeout_seconds: PositiveFloat = 60
     max_retries: NonNegative = 3
     response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
     max_concurrency: Positive = 2
@@ -214,9 +215,9 @@ class LLMConfig(NamedTuple):
 
 class CuratorConfig(NamedTuple):
     enabled: bool = True
-    interval_hours: PositiveSeconds = 24
-    stale_after_days: PositiveSeconds = 30
-    archive_after_days: PositiveSeconds = 90
+    interval_hours: PositiveFloat = 24
+    stale_after_days: PositiveFloat = 30
+    archive_after_days: PositiveFloat = 90
     consolidate: bool = False
     disable_stale: bool = False
 
@@ -306,8 +307,6 @@ def load_config(
 
 
 def _read_table(path: Path) -> dict[str, Any]:
-    from skilld._config_cache import cached_table, store_table
-
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
