@@ -213,7 +213,7 @@ async def test_backfill_is_reflected_oldest_first_within_the_spend_cap(
         [deferred] = app.state.events(kinds=("deferred",))
         assert "max_calls_per_hour" in (deferred.reason or "")
         session = app.state.session("jsonl:a-newest")
-        assert session is not None and session.held.count  # deferred, not dropped
+        assert session is not None and session.held.size  # deferred, not dropped
         # The next tick in the same hour sends nothing more.
         clock.now += 60
         await loop.tick()

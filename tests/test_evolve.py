@@ -199,7 +199,7 @@ async def test_hung_server_gives_error_and_window_is_retried_later(loop: Loop) -
     event = loop.app.state.events(kinds=("error",))[0]
     assert event.detail["kind"] == "timeout" and event.session is None
     session = loop.app.state.session("jsonl:s1")
-    assert session is not None and session.held.count and session.attempts == 0
+    assert session is not None and session.held.size and session.attempts == 0
     loop.llm.push(skill_reply("after-the-hang"))
     assert await loop.tick() == {"created": 1}
     await loop.evolver.llm.aclose()
@@ -249,7 +249,7 @@ async def test_cap_refuses_creation_defers_and_updates_still_land(loop: Loop) ->
     assert not (loop.app.config.skills.dir / "second-skill").exists()
     # The answer is kept and the session goes on: its window is not asked about again.
     session = loop.app.state.session("jsonl:s2")
-    assert session is not None and session.held.count == 0
+    assert session is not None and session.held.size == 0
     (kept,) = loop.app.state.kept_proposals()
     assert (kept.status, kept.body["name"]) == ("cap", "second-skill")
     calls = len(loop.llm.requests)
@@ -279,7 +279,7 @@ async def test_hand_written_skill_is_protected(loop: Loop) -> None:
     assert await loop.tick() == {"protected": 1}
     assert (folder / "SKILL.md").read_text() == original
     session = loop.app.state.session("jsonl:s1")
-    assert session is not None and not session.held.count
+    assert session is not None and not session.held.size
 
 
 async def test_download_and_execute_is_held_for_review(loop: Loop) -> None:

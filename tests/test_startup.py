@@ -25,8 +25,9 @@ def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:
 #: the redaction patterns.
 HEAVY = ("httpx", "structlog", "yaml", "anyio", "asyncio", "skilld.redact")
 #: Standard-library modules they do without: the TOML parser once the config is cached (the
-#: `skills write` before each probe loads the same file), shutil (argparse's help width).
-AVOIDED = ("tomllib", "shutil")
+#: `skills write` before each probe loads the same file), shutil (argparse's help width),
+#: dataclasses (inspect, ast, dis: the records on their path are named tuples).
+AVOIDED = ("tomllib", "shutil", "dataclasses")
 
 PROBE = """
 import json, sys

@@ -62,7 +62,7 @@ def test_transaction_rolls_back_everything(tmp_path: Path) -> None:
 
 def test_sessions_roundtrip_and_forgetting(tmp_path: Path) -> None:
     with StateDB(tmp_path / "state.db") as db:
-        held = Held(start=0, count=1, chars=2, conversational=1, last_append_at=1.0)
+        held = Held(start=0, size=1, chars=2, conversational=1, last_append_at=1.0)
         pending = SessionState("jsonl:a", "src", {"offset": 5}, held, None, 0, None, 1.0, "/w")
         idle = SessionState("jsonl:b", "src", {"offset": 9}, Held(start=3), 5.0, 0, None, 2.0)
         db.save_session(pending)
@@ -133,7 +133,7 @@ def test_schema_1_is_migrated_with_its_held_messages_and_provenance(tmp_path: Pa
     conn.close()
     with StateDB(path) as db:
         session = db.session("jsonl:a")
-        assert session is not None and session.held.start == 4 and session.held.count == 2
+        assert session is not None and session.held.start == 4 and session.held.size == 2
         assert session.held.conversational == -1  # summarised from its rows on first use
         assert [m["text"] for m in db.held_messages("jsonl:a", 4, 6)] == ["one", "two"]
         assert db.adopt_provenance("default", Path("/skills"), [""]) == [("", "fix")]

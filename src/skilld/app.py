@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from skilld.config import Config
@@ -25,16 +24,25 @@ from skilld.skills.usage import UsageStore
 from skilld.state import StateDB
 
 
-@dataclass
 class App:
-    config: Config
-    routing: Routing
-    state: StateDB
-    #: The configured libraries by name (project libraries open on demand: `project`).
-    libraries: dict[str, Library]
-    #: Where project libraries live instead of inside their projects (`replay`'s sandbox).
-    project_home: Path | None = None
-    _projects: dict[str, Library] = field(default_factory=dict)
+    """What a command works with: its configuration, the state and the libraries."""
+
+    def __init__(
+        self,
+        config: Config,
+        routing: Routing,
+        state: StateDB,
+        libraries: dict[str, Library],
+        project_home: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.routing = routing
+        self.state = state
+        #: The configured libraries by name (project libraries open on demand: `project`).
+        self.libraries = libraries
+        #: Where project libraries live instead of inside their projects (`replay`'s sandbox).
+        self.project_home = project_home
+        self._projects: dict[str, Library] = {}
 
     @property
     def library(self) -> Library:

@@ -14,10 +14,9 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from skilld.errors import StateError
 from skilld.log import get_logger
@@ -197,8 +196,7 @@ def utc_now_iso(now: float | None = None) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     id: int
     ts: str
     kind: str
@@ -223,8 +221,7 @@ class Event:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Provenance:
+class Provenance(NamedTuple):
     library: str
     name: str
     path: str
@@ -239,13 +236,12 @@ class Provenance:
     updated_at: str
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(NamedTuple):
     """What a session has read but not reflected, summarised so that the gates never decode
-    it: messages `start .. start + count` (absolute indexes in the session)."""
+    it: messages `start .. start + size` (absolute indexes in the session)."""
 
     start: int = 0  # the watermark: messages before it were reflected
-    count: int = 0
+    size: int = 0
     chars: int = 0
     #: Just after the last message that finishes a turn (absolute), or None.
     finished_end: int | None = None
@@ -256,24 +252,44 @@ class Held:
 
     @property
     def end(self) -> int:
-        return self.start + self.count
+        return self.start + self.size
 
 
-@dataclass(slots=True)
 class SessionState:
-    key: str
-    source: str
-    cursor: dict[str, Any]
-    held: Held
-    last_reflect_at: float | None
-    attempts: int
-    label: str | None
-    mtime: float | None
-    cwd: str | None = None
+    """A session's row: where its source stopped and what it holds. The daemon changes it in
+    place as a tick reads and reflects, then saves it (`save_session`)."""
+
+    __slots__ = (
+        "attempts", "cursor", "cwd", "held", "key", "label", "last_reflect_at", "mtime", "source"
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        key: str,
+        source: str,
+        cursor: dict[str, Any],
+        held: Held,
+        last_reflect_at: float | None,
+        attempts: int,
+        label: str | None,
+        mtime: float | None,
+        cwd: str | None = None,
+    ) -> None:
+        self.key = key
+        self.source = source
+        self.cursor = cursor
+        self.held = held
+        self.last_reflect_at = last_reflect_at
+        self.attempts = attempts
+        self.label = label
+        self.mtime = mtime
+        self.cwd = cwd
+
+    def __repr__(self) -> str:
+        return f"SessionState({self.key!r}, held={self.held!r}, attempts={self.attempts})"
 
 
-@dataclass(frozen=True, slots=True)
-class KeptProposal:
+class KeptProposal(NamedTuple):
     """A judged proposal waiting to be written (room under the cap, a write fault fixed)."""
 
     id: int
@@ -596,7 +612,7 @@ class StateDB:
                     state.source,
                     json.dumps(state.cursor),
                     held.start,
-                    held.count,
+                    held.size,
                     held.chars,
                     held.finished_end,
                     held.conversational,
@@ -797,7 +813,7 @@ def _session(row: sqlite3.Row) -> SessionState:
         cursor=json.loads(row["cursor"]),
         held=Held(
             start=row["reflected"],
-            count=row["pending_count"],
+            size=row["pending_count"],
             chars=row["pending_chars"],
             finished_end=row["finished_end"],
             conversational=row["conversational"],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +61,8 @@ def sync_round(library: Library) -> SyncReport:
 
 def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
     """A round's conflicts as events, and its outcome as the library's sync status."""
+    from dataclasses import asdict  # the daemon's: `skilld status` imports this module
+
     previous = state.get_meta(meta_key(library.name), {})
     when = datetime.fromtimestamp(report.finished_at, UTC).isoformat(timespec="seconds")
     status = {

@@ -300,7 +300,7 @@ def window_violations(
             violations.append(
                 f"{key}: settled windows end at {expected}, watermark is {session.held.start}"
             )
-        if session.held.count:
+        if session.held.size:
             still_pending += 1
             if (key, session.held.start) not in last_tick_errors:
                 unexcused.append(key)
@@ -553,7 +553,7 @@ async def test_llm_fault_campaign(
 
 
 def save_session(state: StateDB, key: str, *, start: int, count: int = 0) -> None:
-    held = Held(start=start, count=count, conversational=count)
+    held = Held(start=start, size=count, conversational=count)
     state.save_session(SessionState(key, "jsonl:x", {}, held, None, 0, None, None))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -200,7 +199,7 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
     if args.command == "list":
         items = [item for _, item in queue.staged()]
         if args.json:
-            print_json_line([asdict(item) for item in items])
+            print_json_line([item._asdict() for item in items])
         for item in items if not args.json else ():
             print(
                 f"{item.name:<32} {item.library or '-':<12} {item.staged_at}"

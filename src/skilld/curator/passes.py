@@ -12,7 +12,7 @@ next pass.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -215,7 +215,7 @@ def _set_invocation(
         return False
     reason = "stale: hidden from the model" if disabled else "no longer stale: shown to the model"
     outcome = library.write(
-        replace(doc, disable_model_invocation=disabled), CURATOR, activity=False
+        doc._replace(disable_model_invocation=disabled), CURATOR, activity=False
     )
     library.commit(outcome, CURATOR, detail={"curator": reason})
     if isinstance(outcome, Written | Unchanged):

@@ -9,29 +9,26 @@ reconsidered on a later tick. Nothing here reads a clock or a file.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from skilld.state import Held
 from skilld.transcripts.model import Message
 
 
-@dataclass(frozen=True, slots=True)
-class GateSettings:
+class GateSettings(NamedTuple):
     min_messages: int = 4
     cooldown_seconds: float = 300
     #: A turn unfinished for this long after the last append is reflected as it is.
     turn_timeout_seconds: float = 1800
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
+class Ready(NamedTuple):
     """Reflect the held messages up to `end` (an absolute index)."""
 
     end: int
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting:
+class Waiting(NamedTuple):
     reason: str  # "nothing new", "turn not finished", "too few messages", "cooling down"
     retry_at: float | None = None  # when the gate can open by itself, if known
 
@@ -52,9 +49,8 @@ def held_after_append(held: Held, messages: Sequence[Message], *, now: float) ->
         if message.finishes_turn:
             finished_end = held.end + offset + 1
             conversational_finished = conversational
-    return replace(
-        held,
-        count=held.count + len(messages),
+    return held._replace(
+        size=held.size + len(messages),
         chars=chars,
         finished_end=finished_end,
         conversational=conversational,
@@ -71,10 +67,9 @@ def held_after_consume(held: Held, messages: Sequence[Message]) -> Held:
     conversational_finished = held.conversational_finished - conversational
     if finished_end is None or finished_end <= start:
         finished_end, conversational_finished = None, 0
-    return replace(
-        held,
+    return held._replace(
         start=start,
-        count=held.count - len(messages),
+        size=held.size - len(messages),
         chars=held.chars - sum(len(m.text) for m in messages),
         finished_end=finished_end,
         conversational=held.conversational - conversational,
@@ -86,7 +81,7 @@ def summarise(start: int, messages: Sequence[Message], *, last_append_at: float 
     """The summary of `messages` held from index `start` (a session carried over from an older
     state.db, whose summary was never kept)."""
     held = held_after_append(Held(start=start), messages, now=last_append_at or 0.0)
-    return replace(held, last_append_at=last_append_at)
+    return held._replace(last_append_at=last_append_at)
 
 
 def decide(
@@ -101,7 +96,7 @@ def decide(
     A turn that never finished (no `finished_end`) is released once nothing was appended for
     `turn_timeout_seconds`: an agent killed mid-turn never writes the end of it.
     """
-    if held.count <= 0:
+    if held.size <= 0:
         return Waiting("nothing new")
     end, conversational = held.finished_end, held.conversational_finished
     if end is None or end <= held.start:

@@ -8,7 +8,7 @@ Nothing here touches a file, the network or a clock; the supervisor acts on the 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from skilld.evolve._similar import closest
@@ -114,7 +114,7 @@ def near_duplicate(
 
 
 def redirect(doc: SkillDoc, near: dict[str, Any]) -> SkillDoc:
-    return replace(doc, name=near["near_duplicate_of"])
+    return doc._replace(name=near["near_duplicate_of"])
 
 
 def hold_reason(doc: SkillDoc, *, review_mode: bool) -> str | None:

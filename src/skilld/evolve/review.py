@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from skilld.fsutil import atomic_write, check_component
 from skilld.skills.document import SkillDoc
@@ -19,8 +18,7 @@ from skilld.skills.library import Origin
 from skilld.state import utc_now_iso
 
 
-@dataclass(frozen=True, slots=True)
-class Staged:
+class Staged(NamedTuple):
     name: str
     description: str
     when_to_use: str | None
@@ -67,14 +65,14 @@ class ReviewQueue:
             content=doc.body,
             reason=reason,
             held_because=held_because,
-            origin=asdict(origin),
+            origin=origin._asdict(),
             staged_at=utc_now_iso(),
             library=library,
             project_root=str(project_root) if project_root is not None else None,
         )
         path = self._path(storage_key, doc.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(asdict(staged), ensure_ascii=False, indent=2) + "\n")
+        atomic_write(path, json.dumps(staged._asdict(), ensure_ascii=False, indent=2) + "\n")
         return path
 
     def staged(self) -> list[tuple[Path, Staged]]:

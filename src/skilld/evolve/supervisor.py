@@ -797,7 +797,7 @@ class Evolver:
                         invalid, origin, detail={**window, "raw": merged.raw[:RAW_REPLY_LIMIT]}
                     ),
                 )
-            doc = replace(merged.doc, name=doc.name)
+            doc = merged.doc._replace(name=doc.name)
             body = {
                 **body,
                 "name": doc.name,
@@ -809,7 +809,7 @@ class Evolver:
                 **({"near": near} if near else {}),
             }
             state.update_proposal(kept.id, status=kept.status, note=kept.note, body=body)
-            kept = replace(kept, body=body)
+            kept = kept._replace(body=body)
 
         outcome = library.write(doc, origin)
         if isinstance(outcome, Written):

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import cut_text
@@ -114,8 +113,7 @@ def _shrink(message: Message, max_chars: int) -> Message:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):
     """The text sent to the model, and its delimiters."""
 
     text: str

@@ -27,9 +27,8 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from skilld.skills.names import DIALECTS, InvalidName, require_dialect, validate_name
 
@@ -105,24 +104,52 @@ def _frozen_mapping(value: Mapping[str, Any] | None = None) -> Mapping[str, Any]
     return MappingProxyType(dict(value or {}))
 
 
-@dataclass(frozen=True)
-class SkillDoc:
-    """One skill as plain values, independent of dialect."""
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
+
+class _SkillFields(NamedTuple):
     name: str
     description: str
     when_to_use: str | None = None
     body: str = ""
-    metadata: Mapping[str, str] = field(default_factory=_frozen_mapping, hash=False)
+    metadata: Mapping[str, str] = _EMPTY
     disable_model_invocation: bool = False
     #: Other frontmatter keys found when parsing a file someone else wrote. Kept so callers
     #: can see them (e.g. a legacy ``disableModelInvocation``); never rendered.
-    extra: Mapping[str, Any] = field(default_factory=_frozen_mapping, hash=False)
+    extra: Mapping[str, Any] = _EMPTY
 
-    def __post_init__(self) -> None:
-        # Copy into read-only views so a frozen SkillDoc cannot change through a shared dict.
-        object.__setattr__(self, "metadata", _frozen_mapping(self.metadata))
-        object.__setattr__(self, "extra", _frozen_mapping(self.extra))
+
+class SkillDoc(_SkillFields):
+    """One skill as plain values, independent of dialect.
+
+    Immutable all through: its mappings are read-only copies, so that no dict a caller keeps
+    can change a doc (a named tuple, not a dataclass: one-shot commands import this module).
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        name: str,
+        description: str,
+        when_to_use: str | None = None,
+        body: str = "",
+        metadata: Mapping[str, str] = _EMPTY,
+        disable_model_invocation: bool = False,
+        extra: Mapping[str, Any] = _EMPTY,
+    ) -> SkillDoc:
+        metadata, extra = _frozen_mapping(metadata), _frozen_mapping(extra)
+        return super().__new__(
+            cls, name, description, when_to_use, body, metadata, disable_model_invocation, extra
+        )
+
+    def _replace(self, **changes: Any) -> SkillDoc:
+        # The named tuple's own `_replace` builds the tuple without `__new__`.
+        return SkillDoc(**{**self._asdict(), **changes})
+
+    def __hash__(self) -> int:
+        # The text fields only (mappings cannot be hashed): equal docs still hash alike.
+        return hash((self.name, self.description, self.when_to_use, self.body))
 
 
 # --------------------------------------------------------------------------- parsing

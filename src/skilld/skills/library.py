@@ -26,10 +26,9 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from skilld.errors import LibraryError, NotFound, Protected
 from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
@@ -80,8 +79,7 @@ class _Child(Protocol):
     def is_symlink(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class _NamedChild:
+class _NamedChild(NamedTuple):
     """A directory entry looked up by name instead of listed."""
 
     name: str
@@ -97,8 +95,7 @@ class _NamedChild:
         return os.path.islink(self.path)
 
 
-@dataclass(frozen=True, slots=True)
-class SkillEntry:
+class SkillEntry(NamedTuple):
     name: str
     file: str  # the skill file; kept as text because discovery builds thousands of these
     root: Path
@@ -118,8 +115,7 @@ class SkillEntry:
         return Path(self.file)
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(NamedTuple):
     """Who asks for a change, for the event log and provenance."""
 
     source: str  # "cli", "tool", "evolve", "curator", or a source kind
@@ -133,8 +129,7 @@ class Origin:
 # -- what a write came to --------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Written:
+class Written(NamedTuple):
     kind: Literal["created", "updated"]
     name: str
     path: Path
@@ -144,16 +139,17 @@ class Written:
     recovered: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Unchanged:
+class Unchanged(NamedTuple):
     name: str
     path: Path
     sha256: str
-    kind: ClassVar[Literal["unchanged"]] = "unchanged"
+
+    @property
+    def kind(self) -> Literal["unchanged"]:
+        return "unchanged"
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
+class Refused(NamedTuple):
     """Nothing was written: the skill is not skilld's (`protected`), the cap is reached
     (`cap`), or the skill breaks a rule of the library (`invalid`)."""
 
@@ -162,20 +158,21 @@ class Refused:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class WriteFailed:
+class WriteFailed(NamedTuple):
     """This machine could not write (disk full, permissions, something in the way)."""
 
     name: str
     reason: str
-    kind: ClassVar[Literal["failed"]] = "failed"
+
+    @property
+    def kind(self) -> Literal["failed"]:
+        return "failed"
 
 
 WriteOutcome = Written | Unchanged | Refused | WriteFailed
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryVersion:
+class HistoryVersion(NamedTuple):
     version: str  # a saved file's stem (sortable UTC stamp and short hash), or a commit
     saved_at: str
     path: Path | None = None  # a version saved on this host
@@ -183,8 +180,7 @@ class HistoryVersion:
     subject: str = ""  # what the commit says changed it
 
 
-@dataclass(frozen=True, slots=True)
-class Deleted:
+class Deleted(NamedTuple):
     path: Path
     #: Files a person put beside SKILL.md: never skilld's to remove, left in place.
     kept: tuple[str, ...]
@@ -651,7 +647,7 @@ class Library:
                     version = int(previous) + 1 if str(previous).isdigit() else 1
                     if "source-session" in existing.doc.metadata and not origin.session:
                         metadata["source-session"] = existing.doc.metadata["source-session"]
-            doc = replace(doc, name=name, metadata={**metadata, "version": str(version)})
+            doc = doc._replace(name=name, metadata={**metadata, "version": str(version)})
             try:
                 validate_skill(doc, self.dialect, max_content_chars=self.max_content_chars)
             except ValueError as exc:

@@ -6,9 +6,8 @@ sees only these plain values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from skilld.transcripts.signals import SkillSignal
@@ -20,16 +19,14 @@ Role = Literal["user", "assistant", "tool", "system"]
 Cursor = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
+class ToolCall(NamedTuple):
     name: str
     #: Arguments as compact text (JSON for most agents), already cut to a sane length.
     arguments: str = ""
     call_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     role: Role
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -44,8 +41,7 @@ class Message:
         return self.role == "assistant" and not self.tool_calls
 
 
-@dataclass(slots=True)
-class SessionRead:
+class SessionRead(NamedTuple):
     """What one source read from one session since its cursor."""
 
     source: str  # the source kind, e.g. "claude-code"
@@ -55,7 +51,7 @@ class SessionRead:
     #: Skill signals of records that never become messages (a Claude Code `invoked_skills`
     #: attachment, a Codex `<skill>` injection). Signals visible in `messages` are derived from
     #: them by `signals.skill_signals` only, so that nothing is counted twice.
-    signals: list[SkillSignal] = field(default_factory=list)
+    signals: Sequence[SkillSignal] = ()
     skipped_lines: int = 0  # malformed or oversize records skipped (counted, never fatal)
     reset: bool = False  # the file was truncated or rewritten and re-read from its start
     mtime: float | None = None  # last modification time of the session, when known
@@ -64,19 +60,29 @@ class SessionRead:
     cwd: str | None = None
 
 
-@dataclass(slots=True)
 class ScanResult:
-    """One pass of a source over everything it can see."""
+    """One pass of a source over everything it can see; the source fills it as it goes."""
 
-    reads: list[SessionRead]
-    #: Every session key whose cursor must be kept: the sessions the source sees (changed or
-    #: not) and those it cannot look at now (a missing or unreadable root or sub-tree). The
-    #: cursors of other keys are forgotten: their files are gone from a directory still there.
-    seen: set[str]
-    #: Skips that belong to no session (e.g. a file whose header is unreadable); skips inside
-    #: a session are counted on its SessionRead only, so the total is this plus the reads'.
-    skipped_lines: int = 0
-    errors: list[str] = field(default_factory=list)
+    __slots__ = ("errors", "reads", "seen", "skipped_lines")
+
+    def __init__(
+        self,
+        reads: list[SessionRead],
+        seen: set[str],
+        skipped_lines: int = 0,
+        errors: list[str] | None = None,
+    ) -> None:
+        self.reads = reads
+        #: Every session key whose cursor must be kept: the sessions the source sees (changed
+        #: or not) and those it cannot look at now (a missing or unreadable root or sub-tree).
+        #: The cursors of other keys are forgotten: their files are gone from a directory still
+        #: there.
+        self.seen = seen
+        #: Skips that belong to no session (e.g. a file whose header is unreadable); skips
+        #: inside a session are counted on its SessionRead only, so the total is this plus the
+        #: reads'.
+        self.skipped_lines = skipped_lines
+        self.errors = [] if errors is None else errors
 
 
 class Source(Protocol):
