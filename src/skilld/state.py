@@ -5,8 +5,6 @@ writes, a busy timeout so that neither fails on contention, and `PRAGMA user_ver
 schema version (migrations are additive; a newer schema refuses to start).
 """
 
-from __future__ import annotations
-
 import contextlib
 import fcntl
 import json
@@ -353,7 +351,7 @@ class StateDB:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> StateDB:
+    def __enter__(self) -> "StateDB":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -882,7 +880,7 @@ class DaemonLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> DaemonLock:
+    def __enter__(self) -> "DaemonLock":
         self.acquire()
         return self
 

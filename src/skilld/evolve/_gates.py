@@ -6,8 +6,6 @@ append costs what it adds. A gated-out session keeps its watermark: what it hold
 reconsidered on a later tick. Nothing here reads a clock or a file.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from typing import NamedTuple
 

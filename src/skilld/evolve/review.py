@@ -5,8 +5,6 @@ so is a project skill for a project skilld may not write into. Approving writes 
 library, under the same ownership rules as any other write.
 """
 
-from __future__ import annotations
-
 import json
 import os
 from pathlib import Path

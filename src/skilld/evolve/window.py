@@ -4,8 +4,6 @@ Owns: how messages are stored while pending (plain dicts), how an oversize windo
 order, and the delimiters around the transcript, which the transcript itself cannot close.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple

@@ -20,8 +20,6 @@ the fence and its ``!`` (Markdown still shows that info string as ``!``). Parsin
 this; rendering an already neutralised text changes nothing.
 """
 
-from __future__ import annotations
-
 import datetime as dt
 import functools
 import json
@@ -137,13 +135,13 @@ class SkillDoc(_SkillFields):
         metadata: Mapping[str, str] = _EMPTY,
         disable_model_invocation: bool = False,
         extra: Mapping[str, Any] = _EMPTY,
-    ) -> SkillDoc:
+    ) -> "SkillDoc":
         metadata, extra = _frozen_mapping(metadata), _frozen_mapping(extra)
         return super().__new__(
             cls, name, description, when_to_use, body, metadata, disable_model_invocation, extra
         )
 
-    def _replace(self, **changes: Any) -> SkillDoc:
+    def _replace(self, **changes: Any) -> "SkillDoc":
         # The named tuple's own `_replace` builds the tuple without `__new__`.
         return SkillDoc(**{**self._asdict(), **changes})
 

@@ -16,8 +16,6 @@ Writers of one library (the daemon, the CLI, the MCP server) take the library's 
 reading, writing and recording a file, so one never sees another's half-recorded write.
 """
 
-from __future__ import annotations
-
 import contextlib
 import errno
 import fcntl
@@ -200,12 +198,12 @@ class Library:
     def __init__(
         self,
         spec: LibrarySpec,
-        state: StateDB,
+        state: "StateDB",
         usage: UsageStore,
         *,
         history_dir: Path,
         locks_dir: Path,
-        team: TeamRepo | None = None,
+        team: "TeamRepo | None" = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.spec = spec
@@ -482,7 +480,7 @@ class Library:
             return entry(digest, doc, f"frontmatter name {doc.name!r} != {name!r}")
         return entry(digest, doc)
 
-    def team_seed(self) -> dict[str, ManifestEntry]:
+    def team_seed(self) -> "dict[str, ManifestEntry]":
         """The manifest entries this host's provenance vouches for, whatever the layout: skills
         skilld wrote here whose file still holds what it wrote. A library joining its remote
         starts the team's manifest from them, so the team takes them as skilld's."""
@@ -501,7 +499,7 @@ class Library:
                 seed[name] = ManifestEntry(relpath, digest)
         return seed
 
-    def _team_manifest(self) -> Manifest | None:
+    def _team_manifest(self) -> "Manifest | None":
         if self.team is None:
             return None
         from skilld.sync import ManifestError

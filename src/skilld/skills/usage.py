@@ -19,8 +19,6 @@ is copied aside to `.usage.json.corrupt-<UTC stamp>`, reported to `on_corrupt`, 
 the records that can still be decoded; it never silently becomes empty.
 """
 
-from __future__ import annotations
-
 import contextlib
 import fcntl
 import json

@@ -4,8 +4,6 @@ Sources own their file formats; everything downstream (gates, windows, prompts, 
 sees only these plain values.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
@@ -51,7 +49,7 @@ class SessionRead(NamedTuple):
     #: Skill signals of records that never become messages (a Claude Code `invoked_skills`
     #: attachment, a Codex `<skill>` injection). Signals visible in `messages` are derived from
     #: them by `signals.skill_signals` only, so that nothing is counted twice.
-    signals: Sequence[SkillSignal] = ()
+    signals: Sequence["SkillSignal"] = ()
     skipped_lines: int = 0  # malformed or oversize records skipped (counted, never fatal)
     reset: bool = False  # the file was truncated or rewritten and re-read from its start
     mtime: float | None = None  # last modification time of the session, when known
