@@ -628,3 +628,8 @@ def test_skill_doc_mappings_are_read_only_copies() -> None:
         doc.metadata["version"] = "3"  # type: ignore[index]
     assert doc == _doc(metadata={"version": "1"})
     assert hash(doc) == hash(_doc(metadata={"version": "1"}))
+    changed = doc._replace(metadata=metadata)  # a changed copy is frozen the same way
+    metadata["version"] = "4"
+    assert changed.metadata["version"] == "2"
+    with pytest.raises(TypeError):
+        changed.metadata["version"] = "3"  # type: ignore[index]

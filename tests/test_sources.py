@@ -311,7 +311,12 @@ def test_a_missing_root_keeps_every_cursor(tmp_path: Path) -> None:
     root.rename(tmp_path / "away")
     result = JsonlSource(root).scan(store.cursors)
 
-    assert (result.reads, result.seen, result.errors) == ([], {"jsonl:one"}, [])
+    assert (result.reads, result.seen, result.skipped_lines, result.errors) == (
+        [],
+        {"jsonl:one"},
+        0,
+        [],
+    )
 
 
 def test_an_unreadable_root_or_sub_tree_keeps_the_cursors_below_it(
@@ -1122,7 +1127,12 @@ def test_hermes_missing_database_keeps_cursors_and_is_no_error(tmp_path: Path) -
     twice."""
     result = HermesSource(tmp_path / "state.db").scan({"hermes:x": {"last_id": 3}, "codex:y": {}})
 
-    assert (result.reads, result.seen, result.errors) == ([], {"hermes:x"}, [])
+    assert (result.reads, result.seen, result.skipped_lines, result.errors) == (
+        [],
+        {"hermes:x"},
+        0,
+        [],
+    )
     assert not (tmp_path / "state.db").exists()
 
 

@@ -98,23 +98,25 @@ class InvalidSkill(ValueError):
     """A skill breaks a rule of its dialect; the message names the rule."""
 
 
-def _frozen_mapping(value: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(value or {}))
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class _SkillFields(NamedTuple):
+    """SkillDoc's fields; their defaults are `SkillDoc.__new__`'s."""
+
     name: str
     description: str
-    when_to_use: str | None = None
-    body: str = ""
-    metadata: Mapping[str, str] = _EMPTY
-    disable_model_invocation: bool = False
+    when_to_use: str | None
+    body: str
+    metadata: Mapping[str, str]
+    disable_model_invocation: bool
     #: Other frontmatter keys found when parsing a file someone else wrote. Kept so callers
     #: can see them (e.g. a legacy ``disableModelInvocation``); never rendered.
-    extra: Mapping[str, Any] = _EMPTY
+    extra: Mapping[str, Any]
 
 
 class SkillDoc(_SkillFields):
@@ -146,8 +148,16 @@ class SkillDoc(_SkillFields):
         return SkillDoc(**{**self._asdict(), **changes})
 
     def __hash__(self) -> int:
-        # The text fields only (mappings cannot be hashed): equal docs still hash alike.
-        return hash((self.name, self.description, self.when_to_use, self.body))
+        # All but the mappings, which cannot be hashed: equal docs still hash alike.
+        return hash(
+            (
+                self.name,
+                self.description,
+                self.when_to_use,
+                self.body,
+                self.disable_model_invocation,
+            )
+        )
 
 
 # --------------------------------------------------------------------------- parsing
