@@ -3,6 +3,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,29 @@ def test_detail_keys_may_repeat_column_names(tmp_path: Path) -> None:
         db.add_event("archived", skill="a", reason="r", detail={"reason": "x", "event": "y"})
         event = db.events()[0]
         assert event.reason == "r" and event.detail == {"reason": "x", "event": "y"}
+
+
+def test_many_openers_of_a_new_state_db_all_get_it_in_wal_mode(tmp_path: Path) -> None:
+    """Converting a file to WAL needs it to itself and SQLite answers "busy" at once rather
+    than wait: without a retry about one round in thirty lost an opener here."""
+    failures: list[str] = []
+    for round_ in range(150):
+        path = tmp_path / f"{round_}" / "state.db"
+        start = threading.Barrier(12)
+
+        def open_and_close(path: Path = path, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                StateDB(path).close()
+            except StateError as exc:
+                failures.append(str(exc))
+
+        openers = [threading.Thread(target=open_and_close) for _ in range(12)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join()
+        check = sqlite3.connect(path)
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        check.close()
+    assert failures == []

@@ -19,6 +19,9 @@ from typing import Any, NamedTuple
 from skilld.errors import StateError
 from skilld.log import get_logger
 
+#: How long a writer waits for another's lock before giving up (seconds).
+BUSY_TIMEOUT_SECONDS = 30
+
 SCHEMA_VERSION = 2
 
 #: Event kinds (docs/design.md plus the library's own operations).
@@ -309,14 +312,14 @@ class StateDB:
         self._log = get_logger("skilld.events")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+            self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
         except sqlite3.Error as exc:
             raise StateError(f"cannot open {path}: {exc}") from None
         self.conn.row_factory = sqlite3.Row
         self._depth = 0
         try:
-            self.conn.execute("PRAGMA busy_timeout = 30000")
-            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_SECONDS * 1000}")
+            self._use_wal()
             self.conn.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -324,6 +327,25 @@ class StateDB:
             raise StateError(f"{path} is not a usable state database: {exc}") from None
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def _use_wal(self) -> None:
+        """Put the file in WAL mode, which it keeps: only its first opener converts it.
+
+        Converting needs the file to itself, and SQLite answers "busy" at once instead of
+        running the busy handler: processes that open a new state.db together (a few CLI
+        commands, the daemon) would fail. The conversion is retried within the busy timeout.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+        while True:
+            try:
+                if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.005)
 
     def _migrate(self) -> None:
         if self._schema_version() == SCHEMA_VERSION:
