@@ -37,10 +37,11 @@ from skilld.app import App
 from skilld.config import build_config
 from skilld.curator._lifecycle import LiveSkill, Thresholds, decide
 from skilld.curator.passes import CURATOR, run_lifecycle
+from skilld.digest import sha256_hex
 from skilld.log import configure_logging
 from skilld.routing import resolve
 from skilld.skills.document import SkillDoc, render_skill
-from skilld.skills.library import Library, sha256_bytes
+from skilld.skills.library import Library
 from skilld.skills.usage import USAGE_FILE, UsageStore, format_timestamp, new_record
 from skilld.state import StateDB
 
@@ -73,7 +74,7 @@ def build(root: Path, size: int, *, steady: bool) -> None:
             folder.mkdir()
             (folder / "SKILL.md").write_bytes(data)
             state.put_provenance(
-                LIBRARY, name, path=str(folder / "SKILL.md"), sha256=sha256_bytes(data)
+                LIBRARY, name, path=str(folder / "SKILL.md"), sha256=sha256_hex(data)
             )
             last_used = NOW - timedelta(days=SPREAD_DAYS * (index + 0.5) / size)
             record = new_record(NOW - timedelta(days=365), created_by="agent")

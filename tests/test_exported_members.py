@@ -63,10 +63,10 @@ def test_the_check_sees_a_stray_import() -> None:
     """It can fail: an internal module, or a name a package does not export, is seen."""
     files = {
         Path("skilld/daemon.py"): "from skilld.evolve._gates import decide\n",
-        Path("skilld/app.py"): "from skilld.skills.library import sha256_bytes\n",
+        Path("skilld/app.py"): "from skilld.skills.library import Deleted\n",
         Path("skilld/evolve/supervisor.py"): "from skilld.evolve._gates import decide\n",
     }
     assert strays(files) == [
-        "skilld/app.py: sha256_bytes is not in skilld.skills.__all__",
+        "skilld/app.py: Deleted is not in skilld.skills.__all__",
         "skilld/daemon.py: skilld.evolve._gates is internal",
     ]

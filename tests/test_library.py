@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from skilld.digest import sha256_hex
 from skilld.errors import CapReached, LibraryError, NotFound, Protected
 from skilld.fsutil import STRAY_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from skilld.skills.document import SkillDoc, parse_skill
-from skilld.skills.library import Library, Origin, Refused, WriteFailed, sha256_bytes
+from skilld.skills.library import Library, Origin, Refused, WriteFailed
 from tests.conftest import open_library
 
 ME = Origin(source="cli")
@@ -245,7 +246,7 @@ def test_crash_after_file_write_before_commit_keeps_ownership(library: Library) 
         "resumable",
         path=str(path),
         sha256="h-new",
-        prev_sha256=sha256_bytes(path.read_bytes()),
+        prev_sha256=sha256_hex(path.read_bytes()),
     )
     assert owners(library)["resumable"] == "managed"
     assert library.apply(doc("resumable", body="1. Newer.\n"), ME).kind == "updated"

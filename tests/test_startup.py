@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,8 +27,12 @@ def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:
 HEAVY = ("httpx", "structlog", "yaml", "anyio", "asyncio", "skilld.redact")
 #: Standard-library modules they do without: the TOML parser once the config is cached (the
 #: `skills write` before each probe loads the same file), shutil (argparse's help width),
-#: dataclasses (inspect, ast, dis: the records on their path are named tuples).
-AVOIDED = ("tomllib", "shutil", "dataclasses")
+#: dataclasses (inspect, ast, dis: the records on their path are named tuples), hashlib
+#: (OpenSSL's libcrypto: `skilld.digest` uses CPython's own SHA-256 where the build has one).
+OWN_SHA256 = "_sha2" if sys.version_info >= (3, 12) else "_sha256"
+AVOIDED = ("tomllib", "shutil", "dataclasses") + (
+    ("hashlib",) if importlib.util.find_spec(OWN_SHA256) else ()
+)
 
 PROBE = """
 import json, sys

@@ -28,6 +28,7 @@ from skilld.config import (
     dsh_home,
     hermes_home,
 )
+from skilld.digest import sha256_hex
 from skilld.errors import ConfigError, UsageError
 
 #: The name of the single library of a `[skills] dir` configuration.
@@ -163,10 +164,8 @@ def storage_key(name: str) -> str:
     user, mark, root = name.partition(PROJECT_MARK)
     if not mark:
         return name
-    import hashlib  # project libraries only: OpenSSL's start-up is a hook's largest import
-
     slug = re.sub(r"[^a-z0-9]+", "-", Path(root).name.lower()).strip("-") or "root"
-    digest = hashlib.sha256(root.encode("utf-8")).hexdigest()[:10]
+    digest = sha256_hex(root.encode("utf-8"))[:10]
     return f"{user}{PROJECT_MARK}{slug}-{digest}"
 
 

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
+from skilld.digest import sha256_hex
 from skilld.errors import LibraryError, NotFound, Protected
 from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
 from skilld.log import get_logger
@@ -188,12 +189,6 @@ def _external(name: str, digest: str | None) -> Owner:
     return "external"
 
 
-def sha256_bytes(data: bytes) -> str:
-    import hashlib  # on a cache miss only: OpenSSL's start-up is costly for one-shot commands
-
-    return hashlib.sha256(data).hexdigest()
-
-
 class Library:
     def __init__(
         self,
@@ -315,7 +310,7 @@ class Library:
         if cached is not None and cached[0] == identity:
             return cached[1]
         try:
-            digest = sha256_bytes(path.read_bytes())
+            digest = sha256_hex(path.read_bytes())
         except OSError:
             return None
         self._digests[str(path)] = (identity, digest)
@@ -469,7 +464,7 @@ class Library:
                 data = handle.read()
         except OSError as exc:
             return entry(error=f"unreadable: {exc.strerror or exc}")
-        digest = sha256_bytes(data)
+        digest = sha256_hex(data)
         if not parse:
             return entry(digest, error=quick_problem(data, name))
         try:
@@ -492,7 +487,7 @@ class Library:
             path = Path(record.path)
             try:
                 relpath = self.team.relpath(path)
-                digest = sha256_bytes(path.read_bytes())
+                digest = sha256_hex(path.read_bytes())
             except (ValueError, OSError):  # outside the root, or gone
                 continue
             if digest in (record.sha256, record.prev_sha256):
@@ -730,7 +725,7 @@ class Library:
         """Put `data` at `path`: provenance first (the new hash and the one it replaces, so a
         crash at any point leaves a file skilld recognises), then the atomic write, as one
         commit in a team library. Returns the new hash."""
-        digest = sha256_bytes(data)
+        digest = sha256_hex(data)
         self.state.put_provenance(
             self.name,
             name,
@@ -1027,7 +1022,7 @@ class Library:
             data = path.read_bytes()
         except FileNotFoundError:
             return
-        digest = sha256_bytes(data)[:12]
+        digest = sha256_hex(data)[:12]
         saved = self._saved_versions(name)
         if saved and saved[-1].path is not None and saved[-1].path.name.endswith(f"-{digest}.md"):
             # A write retried tick after tick (a full disk) replaces the same version: saving
@@ -1101,7 +1096,7 @@ class Library:
                     (
                         v
                         for v in reversed(versions)
-                        if sha256_bytes(self._version_bytes(v, name)) != current
+                        if sha256_hex(self._version_bytes(v, name)) != current
                     ),
                     None,
                 )

@@ -19,11 +19,11 @@ touched here, so a crash or a failure leaves nothing half-done; the caller moves
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skilld.digest import sha256_hex
 from skilld.sync.git import Git
 from skilld.sync.layout import MANIFEST_PATH, skill_name_of_path
 from skilld.sync.manifest import (
@@ -338,7 +338,7 @@ def _id(entry: Entry | None) -> str | None:
 
 
 def _digest(data: bytes | None) -> str | None:
-    return hashlib.sha256(data).hexdigest() if data is not None else None
+    return sha256_hex(data) if data is not None else None
 
 
 def _author_of(info: CommitInfo) -> dict[str, str]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import random
 import threading
@@ -35,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from skilld.digest import sha256_hex
 from skilld.fsutil import atomic_write
 from skilld.log import get_logger
 from skilld.sync.git import Git, GitError, find_git
@@ -347,7 +347,7 @@ class TeamRepo:
             data = blobs.get(f"{sha}:{relpath}")
             if data is not None:
                 moment = datetime.fromtimestamp(int(seconds), UTC).isoformat(timespec="seconds")
-                digest = hashlib.sha256(data).hexdigest()
+                digest = sha256_hex(data)
                 versions.append(Version(sha, moment, digest, subject[0] if subject else ""))
         return versions
 
@@ -717,6 +717,6 @@ def _read_or_none(path: Path) -> bytes | None:
 
 def _sha256_of(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_hex(path.read_bytes())
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None

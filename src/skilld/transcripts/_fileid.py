@@ -12,10 +12,11 @@ A cursor stores its mark under the keys `offset`, `head` and `tail`.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
+
+from skilld.digest import sha256_hex
 
 #: The head of a file without a header of its own: its first bytes, up to this many.
 HEAD_BYTES = 64
@@ -84,4 +85,4 @@ def _look(handle: BinaryIO, offset: int, head_length: int) -> tuple[str, str]:
     start = max(0, offset - TAIL_BYTES)
     handle.seek(start)
     tail = handle.read(offset - start) if offset > start else b""
-    return hashlib.sha256(head).hexdigest()[:DIGEST_HEX_CHARS], tail.hex()
+    return sha256_hex(head)[:DIGEST_HEX_CHARS], tail.hex()
