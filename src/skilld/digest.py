@@ -2,9 +2,9 @@
 versions, a transcript's head.
 
 It is CPython's own SHA-256, not hashlib's: `import hashlib` loads OpenSSL's libcrypto, which
-costs a one-shot command about 10 ms (half an interpreter's start-up) to hash a few files of a
-few KB. A build without its own (FIPS builds keep only blake2) gets hashlib's; a digest is the
-same whichever computes it.
+cost `skills list` and `status` 4-10 ms (up to half an interpreter's start-up) to hash a few
+files of a few KB. A build without its own (FIPS builds keep only blake2) gets hashlib's; a
+digest is the same whichever computes it.
 """
 
 import sys
