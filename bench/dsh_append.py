@@ -4,11 +4,12 @@ The `dsh` source promises that a tick costs what was appended, not what the file
 the cursor at the end, a scan that finds one new frame must take about as long on a session
 of 50 MB (uncompressed) as on a session of one frame. Target: ratio <= 1.5.
 
-Run: /work/venv/bin/python bench/dsh_append.py
+Run: python bench/dsh_append.py [--json]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import statistics
@@ -117,7 +118,9 @@ def timed_appends(
 
 
 def main() -> int:
-    as_json = "--json" in sys.argv[1:]  # one JSON line for bench/tick.py's table
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="also one JSON line for bench/tick.py")
+    as_json = parser.parse_args().json
     rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="dsh-bench-") as scratch:
         big_root, small_root = Path(scratch, "big"), Path(scratch, "small")
