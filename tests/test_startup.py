@@ -34,6 +34,27 @@ AVOIDED = ("tomllib", "shutil", "dataclasses") + (
     ("hashlib",) if importlib.util.find_spec(OWN_SHA256) else ()
 )
 
+#: All of skilld a hook's `usage use` loads (docs/design.md, "The layers"): the config, the
+#: routing, the usage sidecar and the command line around them.
+HOOK_MODULES = {
+    "skilld",
+    "skilld._config_cache",
+    "skilld.cli",
+    "skilld.commands",
+    "skilld.commands.common",
+    "skilld.commands.usage",
+    "skilld.config",
+    "skilld.errors",
+    "skilld.fsutil",
+    "skilld.log",
+    "skilld.routing",
+    "skilld.skills",
+    "skilld.skills.layout",
+    "skilld.skills.names",
+    "skilld.skills.usage",
+}
+
+
 PROBE = """
 import json, sys
 from skilld.cli import main
@@ -69,6 +90,8 @@ def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: l
     assert [module for module in AVOIDED if module in loaded["modules"]] == []
     command_modules = {m for m in loaded["modules"] if m.startswith("skilld.commands.")}
     assert command_modules == {"skilld.commands.common", f"skilld.commands.{GROUPS[command[0]]}"}
+    if command[0] == "usage":
+        assert {m for m in loaded["modules"] if m.startswith("skilld")} == HOOK_MODULES
 
 
 def test_the_group_table_names_the_module_of_every_command() -> None:

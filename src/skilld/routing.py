@@ -28,7 +28,6 @@ from skilld.config import (
     dsh_home,
     hermes_home,
 )
-from skilld.digest import sha256_hex
 from skilld.errors import ConfigError, UsageError
 
 #: The name of the single library of a `[skills] dir` configuration.
@@ -164,6 +163,8 @@ def storage_key(name: str) -> str:
     user, mark, root = name.partition(PROJECT_MARK)
     if not mark:
         return name
+    from skilld.digest import sha256_hex  # project libraries only: a hook loads this module
+
     slug = re.sub(r"[^a-z0-9]+", "-", Path(root).name.lower()).strip("-") or "root"
     digest = sha256_hex(root.encode("utf-8"))[:10]
     return f"{user}{PROJECT_MARK}{slug}-{digest}"
