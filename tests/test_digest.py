@@ -11,7 +11,7 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-from skilld.digest import sha256_hex
+from skilld.digest import OWN_SHA256_BUDGET, sha256_hex
 
 
 def run_probe(code: str) -> object:
@@ -36,7 +36,7 @@ def test_a_fresh_process_loads_openssl_only_once_it_has_hashed_the_budget() -> N
         "steps = [(sha256_hex(chunk), 'hashlib' in sys.modules) for _ in range(6)]\n"
         "print(json.dumps(steps))\n"
     )
-    chunk_digest = hashlib.sha256(b"x" * (1 << 18)).hexdigest()
+    chunk_digest = hashlib.sha256(b"x" * (OWN_SHA256_BUDGET // 4)).hexdigest()
     assert seen == [[chunk_digest, loaded] for loaded in (False,) * 4 + (True,) * 2]
 
 
