@@ -4,8 +4,9 @@
 
 Agents call `skilld usage use NAME` from hooks that run on every matching tool call,
 synchronously, so its start-up is what the agent waits for. A hook runs the `skilld` console
-script pip installs; each command here runs that script's code (`CONSOLE_SCRIPT`, as pip
-writes it) on this interpreter, so the figures hold for a checkout as for an install.
+script pip installs; each command here runs that script's code (`console_script`: what pip
+writes for pyproject.toml's entry point) on this interpreter, so the figures hold for a
+checkout as for an install.
 
 Each command runs `--runs` times, alternating with `python -c pass` on the same interpreter
 (the machine is noisy: alternation gives both the same conditions) and with its floor: a
@@ -24,19 +25,24 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 4.0
-#: The body of the `skilld` script pip generates for the `[project.scripts]` entry point.
-CONSOLE_SCRIPT = """\
-import re
-import sys
-from skilld.cli import main
-if __name__ == '__main__':
-    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit(main())
-"""
+
+
+def console_script() -> str:
+    """The `skilld` script pip generates for the `[project.scripts]` entry point."""
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        entry = tomllib.load(handle)["project"]["scripts"]["skilld"]
+    module, _, function = entry.partition(":")
+    return (
+        f"import re\nimport sys\nfrom {module} import {function}\n"
+        "if __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+        f"    sys.exit({function}())\n"
+    )
 
 
 def workspace(root: Path) -> dict[str, str]:
@@ -97,8 +103,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = workspace(Path(tmp))
         rows = []
+        script = console_script()
         for label, argv in commands.items():
-            command = [sys.executable, "-c", CONSOLE_SCRIPT, *argv]
+            command = [sys.executable, "-c", script, *argv]
             floor = floor_command(command, env)
             timed(command, env)  # warm the page cache and bytecode
             own, imports, bare = [], [], []

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,62 @@ def test_help_is_wrapped_to_the_terminal_width_without_shutil() -> None:
     narrow, wide = help_lines("50"), help_lines("200")
     assert max(map(len, narrow)) <= 50 < max(map(len, wide))
     assert len(narrow) > len(wide)
+
+
+#: `skilld.cli.entry_point` around a stand-in `main` that registers an `atexit` handler, prints,
+#: leaves a file unclosed (only Python's teardown flushes it) and returns or raises as told.
+ENTRY = """
+import atexit, sys
+import skilld.cli
+
+folder, outcome = sys.argv[1], sys.argv[2]
+unclosed = None
+
+def main():
+    global unclosed
+    atexit.register(lambda: open(f"{folder}/atexit", "w").close())
+    unclosed = open(f"{folder}/unclosed", "w")
+    unclosed.write("flushed by the teardown")
+    print("x" * 200_000)
+    if outcome == "raise":
+        raise RuntimeError("boom")
+    if outcome == "traced":
+        sys.settrace(lambda *args: None)
+    return 3
+
+skilld.cli.main = main
+skilld.cli.entry_point()
+"""
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code", "torn_down"),
+    [("return", 3, False), ("traced", 3, True), ("raise", 1, True)],
+)
+def test_the_script_ends_the_process_once_python_s_exit_work_is_done(
+    tmp_path: Path, outcome: str, code: int, torn_down: bool
+) -> None:
+    """The exit code, every byte of buffered output and the command's `atexit` handlers survive
+    the skipped teardown; a command that raises, or a traced process, is torn down as usual."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    result = subprocess.run(
+        [sys.executable, "-c", ENTRY, str(tmp_path), outcome],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == code, result.stderr
+    assert result.stdout == "x" * 200_000 + "\n"
+    assert (tmp_path / "atexit").exists()
+    assert (tmp_path / "unclosed").read_text() == ("flushed by the teardown" if torn_down else "")
+    assert ("RuntimeError: boom" in result.stderr) == (outcome == "raise")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "stream"),
+    [(["--version"], 0, "stdout"), (["skills", "--help"], 0, "stdout"), (["skills"], 2, "stderr")],
+)
+def test_the_script_keeps_argparse_s_exits(
+    workspace: Workspace, args: list[str], code: int, stream: str
+) -> None:
+    result = workspace.cli(*args)
+    assert result.returncode == code
+    assert getattr(result, stream).strip()

@@ -1,3 +1,3 @@
-from skilld.cli import main
+from skilld.cli import entry_point
 
-raise SystemExit(main())
+entry_point()
