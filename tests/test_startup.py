@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from skilld.cli import GROUPS, build_parser
-from skilld.commands.common import Parser
 from tests.conftest import Workspace
 
 
@@ -96,16 +95,60 @@ def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: l
 
 
 def test_the_group_table_names_the_module_of_every_command() -> None:
-    """`GROUPS` lets a command line build one module's parsers; it must say what each module
-    registers, and a command line naming no known command still gets every command."""
+    """`GROUPS` lets a command line import one command module; it must name the module whose
+    `COMMANDS` holds each command, and a line naming no known command still gets every one."""
     assert subcommand_names(build_parser([])) == set(GROUPS)
     assert subcommand_names(build_parser(["frobnicate"])) == set(GROUPS)
+    tables = {
+        module: importlib.import_module(f"skilld.commands.{module}").COMMANDS
+        for module in set(GROUPS.values())
+    }
+    assert {name for table in tables.values() for name in table} == set(GROUPS)
     for group, module in GROUPS.items():
-        commands = Parser().add_subparsers()
-        importlib.import_module(f"skilld.commands.{module}").register(commands)
-        assert group in commands.choices
-        line = ["--config", "x.toml", group, "--help"]
-        assert subcommand_names(build_parser(line)) == set(commands.choices)
+        assert group in tables[module]
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices)
+
+
+@pytest.mark.parametrize(
+    ("line", "commands"),
+    [
+        (["--config", "x.toml", "status", "--json"], ["status"]),
+        (["skills", "list", "--json", "--library", "claude"], ["skills", "list"]),
+        (["skills", "rollback", "deploy", "--version", "3", "--force"], ["skills", "rollback"]),
+        (["review", "approve", "deploy", "--library", "dsh"], ["review", "approve"]),
+        (["usage", "use", "deploy"], ["usage"]),
+        (["events", "--kind", "error", "--kind", "created"], ["events"]),
+    ],
+)
+def test_a_command_line_builds_only_the_parsers_it_uses(
+    line: list[str], commands: list[str]
+) -> None:
+    """Each level holds the one command the line names, and parses it as the whole tree does."""
+    built = build_parser(line)
+    parser: argparse.ArgumentParser = built
+    for command in commands:
+        assert subcommand_names(parser) == {command}
+        parser = subparsers(parser)[command]
+    assert not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    assert built.parse_args(line) == build_parser().parse_args(line)
+
+
+@pytest.mark.parametrize("line", [["skills", "--help"], ["skills", "lst"], ["review"]])
+def test_help_and_a_mistyped_command_get_every_subcommand(line: list[str]) -> None:
+    nested = subparsers(build_parser(line))[line[0]]
+    assert subcommand_names(nested) == subcommand_names(subparsers(build_parser())[line[0]])
+    assert len(subcommand_names(nested)) > 1
+
+
+def test_a_mistyped_subcommand_is_told_the_choices(workspace: Workspace) -> None:
+    result = workspace.cli("skills", "lst")
+    assert result.returncode == 2
+    assert "invalid choice: 'lst'" in result.stderr
+    assert "'list'" in result.stderr and "'rollback'" in result.stderr
 
 
 def test_the_probe_sees_a_heavy_import(workspace: Workspace) -> None:

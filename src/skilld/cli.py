@@ -11,7 +11,7 @@ import atexit
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from skilld import __version__
@@ -23,9 +23,10 @@ from skilld.log import configure_logging
 if TYPE_CHECKING:
     from skilld.app import App
 
-#: Each top-level command and the `skilld.commands` module that registers it. A command line
-#: that names one builds that module's parsers only: a hook's `skilld usage use` imports no
-#: other command module (tests/test_cli.py checks this table against the modules).
+#: Each top-level command and the `skilld.commands` module whose `COMMANDS` table holds it. A
+#: command line that names one imports that module only, and builds that command's parsers
+#: only: a hook's `skilld usage use` imports no other command module (tests/test_startup.py
+#: checks this table against the modules).
 GROUPS: dict[str, str] = {
     "run": "daemon",
     "once": "daemon",
@@ -51,25 +52,28 @@ DAEMON_GROUPS = frozenset({"run", "once", "replay", "mcp"})
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser for `argv`'s command, or for every command when `argv` names none (help,
     a mistyped command: argparse then lists them all)."""
-    parser = Parser(prog="skilld", description="Learn reusable skills from agent sessions.")
+    line = _command_line(argv or ())
+    parser = Parser(
+        prog="skilld", description="Learn reusable skills from agent sessions.", line=line
+    )
     parser.add_argument("--version", action="version", version=f"skilld {__version__}")
     parser.add_argument("--config", help="config file (else $SKILLD_CONFIG, XDG, defaults)")
-    commands = parser.add_subparsers(dest="group", required=True, parser_class=Parser)
-    group = _named_group(argv or ())
-    for module in [GROUPS[group]] if group else dict.fromkeys(GROUPS.values()):
-        importlib.import_module(f"skilld.commands.{module}").register(commands)
+    group = line[0] if line and line[0] in GROUPS else None
+    modules = [GROUPS[group]] if group else dict.fromkeys(GROUPS.values())
+    tables = [importlib.import_module(f"skilld.commands.{module}").COMMANDS for module in modules]
+    parser.add_commands("group", dict(item for table in tables for item in table.items()))
     return parser
 
 
-def _named_group(argv: Iterable[str]) -> str | None:
-    """The command `argv` runs: its first word that is no option or `--config`'s value."""
-    words = iter(argv)
-    for word in words:
+def _command_line(argv: Sequence[str]) -> Sequence[str]:
+    """`argv` from the command's name on: past the options and `--config`'s value."""
+    words = iter(enumerate(argv))
+    for index, word in words:
         if word == "--config":
             next(words, None)
         elif not word.startswith("-"):
-            return word if word in GROUPS else None
-    return None
+            return argv[index:]
+    return ()
 
 
 def entry_point() -> None:

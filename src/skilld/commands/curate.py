@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from skilld.commands.common import Failure, print_json_line
+from skilld.commands.common import CommandTable, Failure, Parser, print_json_line
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -95,16 +95,18 @@ def _reason(reason: str | None) -> str:
     return f" ({reason})" if reason else ""
 
 
-def register(commands: Any) -> None:
-    curate_parser = commands.add_parser(
-        "curate", help="mark stale skills, archive old ones, optionally consolidate (LLM)"
-    )
-    curate_parser.add_argument(
+def _curate_parser(parser: Parser) -> None:
+    parser.add_argument(
         "--dry-run", action="store_true", help="print what would change; change nothing"
     )
-    curate_parser.add_argument(
+    parser.add_argument(
         "--consolidate", action="store_true", help="also ask the LLM to merge and prune skills"
     )
-    curate_parser.add_argument("--json", action="store_true", help="the run report as JSON")
-    curate_parser.add_argument("--library", help="only this library (default: every library)")
-    curate_parser.set_defaults(handler=cmd_curate)
+    parser.add_argument("--json", action="store_true", help="the run report as JSON")
+    parser.add_argument("--library", help="only this library (default: every library)")
+    parser.set_defaults(handler=cmd_curate)
+
+
+COMMANDS: CommandTable = {
+    "curate": ("mark stale skills, archive old ones, optionally consolidate (LLM)", _curate_parser),
+}

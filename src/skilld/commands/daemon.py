@@ -8,7 +8,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import Failure, Parser, cli_origin, print_json_line
+from skilld.commands.common import (
+    CommandTable,
+    Failure,
+    Parser,
+    cli_origin,
+    print_json_line,
+)
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError, UsageError
 
@@ -244,25 +250,40 @@ def _staged_library(app: App, name: str, project_root: str | None) -> Any:
     return app.open_library(project_library(user.spec, Path(project_root)))
 
 
-def register(commands: Any) -> None:
-    run = commands.add_parser("run", help="the daemon, in the foreground")
-    run.set_defaults(handler=cmd_run, needs_app=False)
-    once = commands.add_parser("once", help="one tick, then exit")
-    once.set_defaults(handler=cmd_run, needs_app=False)
-    status = commands.add_parser("status", help="last tick, heartbeat, sessions, skills, LLM")
-    status.add_argument("--json", action="store_true")
-    status.add_argument(
+def _run_parser(parser: Parser) -> None:
+    parser.set_defaults(handler=cmd_run, needs_app=False)
+
+
+def _status_parser(parser: Parser) -> None:
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 if the heartbeat is older than 3 intervals"
     )
-    status.set_defaults(handler=cmd_status)
+    parser.set_defaults(handler=cmd_status)
 
-    review = commands.add_parser("review", help="proposals staged for approval")
-    review_commands = review.add_subparsers(dest="command", required=True, parser_class=Parser)
-    review_list = review_commands.add_parser("list")
-    review_list.add_argument("--json", action="store_true")
-    review_list.set_defaults(handler=cmd_review)
-    for name in ("approve", "reject"):
-        sub = review_commands.add_parser(name)
-        sub.add_argument("name")
-        sub.add_argument("--library", help="when the name is staged for several libraries")
-        sub.set_defaults(handler=cmd_review)
+
+def _review_parser(parser: Parser) -> None:
+    parser.add_commands("command", REVIEW_COMMANDS)
+    parser.set_defaults(handler=cmd_review)
+
+
+def _review_list_parser(parser: Parser) -> None:
+    parser.add_argument("--json", action="store_true")
+
+
+def _review_decision_parser(parser: Parser) -> None:
+    parser.add_argument("name")
+    parser.add_argument("--library", help="when the name is staged for several libraries")
+
+
+REVIEW_COMMANDS: CommandTable = {
+    "list": ("the proposals awaiting approval", _review_list_parser),
+    "approve": ("write a staged proposal into its library", _review_decision_parser),
+    "reject": ("drop a staged proposal", _review_decision_parser),
+}
+COMMANDS: CommandTable = {
+    "run": ("the daemon, in the foreground", _run_parser),
+    "once": ("one tick, then exit", _run_parser),
+    "status": ("last tick, heartbeat, sessions, skills, LLM", _status_parser),
+    "review": ("proposals staged for approval", _review_parser),
+}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from skilld.commands.common import CommandTable, Parser
 from skilld.config import Config
 
 
@@ -28,12 +28,14 @@ def cmd_mcp(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
-    mcp = commands.add_parser(
-        "mcp", help="MCP server on stdio: skill_write, skill_delete, skill_list, skill_view"
-    )
-    mcp.add_argument(
+def _mcp_parser(parser: Parser) -> None:
+    parser.add_argument(
         "--library",
         help="the library to serve (default: $SKILLD_LIBRARY, else the only library)",
     )
-    mcp.set_defaults(handler=cmd_mcp, needs_app=False)
+    parser.set_defaults(handler=cmd_mcp, needs_app=False)
+
+
+COMMANDS: CommandTable = {
+    "mcp": ("MCP server on stdio: skill_write, skill_delete, skill_list, skill_view", _mcp_parser),
+}

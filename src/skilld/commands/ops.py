@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from skilld.commands.common import CommandTable, Parser
 from skilld.config import Config
 
 DEFAULT_LLM_TIMEOUT_SECONDS = 10.0
@@ -40,16 +40,22 @@ def cmd_config(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
-    doctor = commands.add_parser("doctor", help="check config, paths, permissions and the LLM")
-    doctor.add_argument(
+def _doctor_parser(parser: Parser) -> None:
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_LLM_TIMEOUT_SECONDS,
         help=f"seconds to wait for the LLM (default {DEFAULT_LLM_TIMEOUT_SECONDS:g})",
     )
-    doctor.add_argument("--no-llm", action="store_true", help="skip the request to the LLM")
-    doctor.set_defaults(handler=cmd_doctor, needs_app=False)
+    parser.add_argument("--no-llm", action="store_true", help="skip the request to the LLM")
+    parser.set_defaults(handler=cmd_doctor, needs_app=False)
 
-    config = commands.add_parser("config", help="the effective configuration, with origins")
-    config.set_defaults(handler=cmd_config, needs_app=False)
+
+def _config_parser(parser: Parser) -> None:
+    parser.set_defaults(handler=cmd_config, needs_app=False)
+
+
+COMMANDS: CommandTable = {
+    "doctor": ("check config, paths, permissions and the LLM", _doctor_parser),
+    "config": ("the effective configuration, with origins", _config_parser),
+}

@@ -12,9 +12,9 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from skilld.commands.common import print_json_line
+from skilld.commands.common import CommandTable, Parser, print_json_line
 from skilld.config import SOURCE_KINDS, Config, parse_duration
 from skilld.log import configure_logging
 
@@ -203,22 +203,26 @@ def _positive(text: str) -> int:
     return value
 
 
-def register(commands: Any) -> None:
-    replay = commands.add_parser(
-        "replay",
-        help="run the pipeline over existing transcripts into a sandbox (nothing real changes)",
-    )
-    replay.add_argument("--since", type=_since, help="only files modified within DUR (24h)")
-    replay.add_argument("--source", choices=SOURCE_KINDS, help="only sources of this kind")
-    replay.add_argument("--limit", type=_positive, help="send at most N windows")
-    replay.add_argument("--out", type=Path, help="where proposals go (default: a new temp dir)")
-    replay.add_argument("--json", action="store_true", help="the report as one JSON object")
-    replay.add_argument(
+def _replay_parser(parser: Parser) -> None:
+    parser.add_argument("--since", type=_since, help="only files modified within DUR (24h)")
+    parser.add_argument("--source", choices=SOURCE_KINDS, help="only sources of this kind")
+    parser.add_argument("--limit", type=_positive, help="send at most N windows")
+    parser.add_argument("--out", type=Path, help="where proposals go (default: a new temp dir)")
+    parser.add_argument("--json", action="store_true", help="the report as one JSON object")
+    parser.add_argument(
         "--dry-run", action="store_true", help="count windows and tokens; send nothing"
     )
-    replay.add_argument(
+    parser.add_argument(
         "--prompt-file",
         type=Path,
         help="try this system prompt instead of skilld's own (same {placeholders})",
     )
-    replay.set_defaults(handler=cmd_replay, needs_app=False)
+    parser.set_defaults(handler=cmd_replay, needs_app=False)
+
+
+COMMANDS: CommandTable = {
+    "replay": (
+        "run the pipeline over existing transcripts into a sandbox (nothing real changes)",
+        _replay_parser,
+    ),
+}

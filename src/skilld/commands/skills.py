@@ -10,10 +10,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import Parser, cli_origin, library_option, print_json_line
+from skilld.commands.common import (
+    CommandTable,
+    Parser,
+    cli_origin,
+    library_option,
+    print_json_line,
+)
 from skilld.config import parse_duration
 from skilld.errors import Failure, UsageError
 
@@ -296,53 +303,86 @@ def cmd_events(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
-    skills = commands.add_parser("skills", help="list, show and change skills")
-    skill_commands = skills.add_subparsers(dest="command", required=True, parser_class=Parser)
-    listing = skill_commands.add_parser("list", help="every skill with owner, state and usage")
-    listing.add_argument("--json", action="store_true")
-    library_option(listing)
-    listing.set_defaults(handler=cmd_skills_list)
-    show = skill_commands.add_parser("show", help="print a skill file and what it did")
-    show.add_argument("name")
-    show.add_argument("--json", action="store_true", help="the file, its owner and its effect")
-    library_option(show)
-    show.set_defaults(handler=cmd_skills_show)
-    write = skill_commands.add_parser("write", help="create or update a skill")
-    write.add_argument("name")
-    write.add_argument("--description", required=True)
-    write.add_argument("--when", help="when to use it")
-    content = write.add_mutually_exclusive_group(required=True)
+def _skills_parser(parser: Parser) -> None:
+    parser.add_commands("command", SKILL_COMMANDS)
+
+
+def _list_parser(parser: Parser) -> None:
+    parser.add_argument("--json", action="store_true")
+    library_option(parser)
+    parser.set_defaults(handler=cmd_skills_list)
+
+
+def _show_parser(parser: Parser) -> None:
+    parser.add_argument("name")
+    parser.add_argument("--json", action="store_true", help="the file, its owner and its effect")
+    library_option(parser)
+    parser.set_defaults(handler=cmd_skills_show)
+
+
+def _write_parser(parser: Parser) -> None:
+    parser.add_argument("name")
+    parser.add_argument("--description", required=True)
+    parser.add_argument("--when", help="when to use it")
+    content = parser.add_mutually_exclusive_group(required=True)
     content.add_argument("--content-file", help="Markdown body from this file")
     content.add_argument("--content", help="Markdown body")
-    write.add_argument("--force", action="store_true", help="take over a human-owned skill")
-    library_option(write)
-    write.set_defaults(handler=cmd_skills_write)
-    for name, handler, text in (
-        ("delete", cmd_skills_delete, "delete a skill (its last version stays in history)"),
-        ("pin", cmd_skills_pin, "never change this skill automatically"),
-        ("unpin", cmd_skills_pin, "allow automatic changes again"),
-        ("archive", cmd_skills_archive, "move a skill under .archive/"),
-        ("restore", cmd_skills_restore, "move an archived skill back"),
-        ("history", cmd_skills_history, "list saved versions"),
-        ("rollback", cmd_skills_rollback, "restore a saved version (default: the newest)"),
-    ):
-        sub = skill_commands.add_parser(name, help=text)
-        sub.add_argument("name")
-        library_option(sub)
-        if name in ("delete", "archive", "rollback"):
-            sub.add_argument("--force", action="store_true", help="also act on a human skill")
-        if name == "rollback":
-            sub.add_argument("--version", help="a version from `skilld skills history`")
-        if name == "history":
-            sub.add_argument("--json", action="store_true")
-        sub.set_defaults(handler=handler)
+    parser.add_argument("--force", action="store_true", help="take over a human-owned skill")
+    library_option(parser)
+    parser.set_defaults(handler=cmd_skills_write)
 
-    events = commands.add_parser("events", help="the event log, oldest first")
-    events.add_argument("--json", action="store_true", help="one JSON object per line")
-    events.add_argument("--kind", action="append", help="only this kind (repeatable)")
-    events.add_argument("--skill")
-    events.add_argument("--library", help="only events of this library")
-    events.add_argument("--since", help="e.g. 30m, 1h, 7d")
-    events.add_argument("--limit", type=int, help="the newest N")
-    events.set_defaults(handler=cmd_events)
+
+def _one_skill(
+    handler: Callable[[App, argparse.Namespace], int], *, force: bool = False
+) -> Callable[[Parser], None]:
+    """The parser of a command that acts on one named skill."""
+
+    def configure(parser: Parser) -> None:
+        parser.add_argument("name")
+        library_option(parser)
+        if force:
+            parser.add_argument("--force", action="store_true", help="also act on a human skill")
+        parser.set_defaults(handler=handler)
+
+    return configure
+
+
+def _history_parser(parser: Parser) -> None:
+    _one_skill(cmd_skills_history)(parser)
+    parser.add_argument("--json", action="store_true")
+
+
+def _rollback_parser(parser: Parser) -> None:
+    _one_skill(cmd_skills_rollback, force=True)(parser)
+    parser.add_argument("--version", help="a version from `skilld skills history`")
+
+
+def _events_parser(parser: Parser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--kind", action="append", help="only this kind (repeatable)")
+    parser.add_argument("--skill")
+    parser.add_argument("--library", help="only events of this library")
+    parser.add_argument("--since", help="e.g. 30m, 1h, 7d")
+    parser.add_argument("--limit", type=int, help="the newest N")
+    parser.set_defaults(handler=cmd_events)
+
+
+SKILL_COMMANDS: CommandTable = {
+    "list": ("every skill with owner, state and usage", _list_parser),
+    "show": ("print a skill file and what it did", _show_parser),
+    "write": ("create or update a skill", _write_parser),
+    "delete": (
+        "delete a skill (its last version stays in history)",
+        _one_skill(cmd_skills_delete, force=True),
+    ),
+    "pin": ("never change this skill automatically", _one_skill(cmd_skills_pin)),
+    "unpin": ("allow automatic changes again", _one_skill(cmd_skills_pin)),
+    "archive": ("move a skill under .archive/", _one_skill(cmd_skills_archive, force=True)),
+    "restore": ("move an archived skill back", _one_skill(cmd_skills_restore)),
+    "history": ("list saved versions", _history_parser),
+    "rollback": ("restore a saved version (default: the newest)", _rollback_parser),
+}
+COMMANDS: CommandTable = {
+    "skills": ("list, show and change skills", _skills_parser),
+    "events": ("the event log, oldest first", _events_parser),
+}

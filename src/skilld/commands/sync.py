@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import Failure, print_json_line
+from skilld.commands.common import CommandTable, Failure, Parser, print_json_line
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -53,10 +53,12 @@ def cmd_sync(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
-    sync = commands.add_parser(
-        "sync", help="commit, fetch, rebase and push every library that has a remote, now"
-    )
-    sync.add_argument("--library", help="only this library")
-    sync.add_argument("--json", action="store_true", help="one JSON array of the rounds")
-    sync.set_defaults(handler=cmd_sync)
+def _sync_parser(parser: Parser) -> None:
+    parser.add_argument("--library", help="only this library")
+    parser.add_argument("--json", action="store_true", help="one JSON array of the rounds")
+    parser.set_defaults(handler=cmd_sync)
+
+
+COMMANDS: CommandTable = {
+    "sync": ("commit, fetch, rebase and push every library that has a remote, now", _sync_parser),
+}

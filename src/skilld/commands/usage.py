@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
-from skilld.commands.common import library_option
+from skilld.commands.common import CommandTable, Parser, library_option
 from skilld.config import Config
 from skilld.errors import Failure
 from skilld.routing import choose_library, project_library, project_root, requested_library, resolve
@@ -62,9 +61,13 @@ def cmd_usage(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(commands: Any) -> None:
-    usage = commands.add_parser("usage", help="record a use, view or patch (for agent hooks)")
-    usage.add_argument("kind", choices=("use", "view", "patch"))
-    usage.add_argument("name")
-    library_option(usage)
-    usage.set_defaults(handler=cmd_usage, needs_app=False)
+def _usage_parser(parser: Parser) -> None:
+    parser.add_argument("kind", choices=("use", "view", "patch"))
+    parser.add_argument("name")
+    library_option(parser)
+    parser.set_defaults(handler=cmd_usage, needs_app=False)
+
+
+COMMANDS: CommandTable = {
+    "usage": ("record a use, view or patch (for agent hooks)", _usage_parser),
+}
