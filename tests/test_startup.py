@@ -240,3 +240,22 @@ def test_the_script_keeps_argparse_s_exits(
     result = workspace.cli(*args)
     assert result.returncode == code
     assert getattr(result, stream).strip()
+
+
+def test_a_flush_that_fails_is_left_to_python() -> None:
+    """Output still buffered when the reader has gone: Python's own exit reports the broken
+    pipe and exits 120, as it does without skilld's handler."""
+    script = "import skilld.cli\nskilld.cli.main = lambda: print('buffered') or 0\n"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    statuses = []
+    for end in ("skilld.cli.entry_point()", "raise SystemExit(skilld.cli.main())"):
+        process = subprocess.Popen(
+            [sys.executable, "-c", script + end],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        error = process.stderr.read()
+        statuses.append(process.wait(timeout=60))
+        assert "BrokenPipeError" in error
+    assert statuses == [120, 120]
