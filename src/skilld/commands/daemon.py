@@ -8,13 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import (
-    CommandTable,
-    Failure,
-    Parser,
-    cli_origin,
-    print_json_line,
-)
+from skilld.commands.common import CommandTable, Failure, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError, UsageError
 

@@ -14,13 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import (
-    CommandTable,
-    Parser,
-    cli_origin,
-    library_option,
-    print_json_line,
-)
+from skilld.commands.common import CommandTable, Parser, cli_origin, library_option, print_json_line
 from skilld.config import parse_duration
 from skilld.errors import Failure, UsageError
 
