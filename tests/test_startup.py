@@ -17,9 +17,13 @@ from skilld.cli import GROUPS, build_parser
 from tests.conftest import Workspace
 
 
-def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return set(actions[0].choices)
+    return dict(actions[0].choices)
+
+
+def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:
+    return set(subparsers(parser))
 
 
 #: What one-shot commands must not pay for: the LLM client, logging, YAML, the event loop,
@@ -106,11 +110,6 @@ def test_the_group_table_names_the_module_of_every_command() -> None:
     assert {name for table in tables.values() for name in table} == set(GROUPS)
     for group, module in GROUPS.items():
         assert group in tables[module]
-
-
-def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(actions[0].choices)
 
 
 @pytest.mark.parametrize(
@@ -209,6 +208,11 @@ skilld.cli.entry_point()
 """
 
 
+def buffered_env() -> dict[str, str]:
+    """This environment without `PYTHONUNBUFFERED`: stdout buffered, as a hook's is."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+
+
 @pytest.mark.parametrize(
     ("outcome", "code", "torn_down"),
     [("return", 3, False), ("traced", 3, True), ("raise", 1, True)],
@@ -218,10 +222,9 @@ def test_the_script_ends_the_process_once_python_s_exit_work_is_done(
 ) -> None:
     """The exit code, every byte of buffered output and the command's `atexit` handlers survive
     the skipped teardown; a command that raises, or a traced process, is torn down as usual."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
     result = subprocess.run(
         [sys.executable, "-c", ENTRY, str(tmp_path), outcome],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=buffered_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == code, result.stderr
     assert result.stdout == "x" * 200_000 + "\n"
@@ -246,12 +249,11 @@ def test_a_flush_that_fails_is_left_to_python() -> None:
     """Output still buffered when the reader has gone: Python's own exit reports the broken
     pipe and exits 120, as it does without skilld's handler."""
     script = "import skilld.cli\nskilld.cli.main = lambda: print('buffered') or 0\n"
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
     statuses = []
     for end in ("skilld.cli.entry_point()", "raise SystemExit(skilld.cli.main())"):
         process = subprocess.Popen(
             [sys.executable, "-c", script + end],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=buffered_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert process.stdout is not None and process.stderr is not None
         process.stdout.close()
