@@ -164,6 +164,9 @@ class EvolveConfig(NamedTuple):
     scope: Literal["user", "auto"] = "user"
     #: Project roots (globs) whose project skills dir skilld may create and write into.
     projects: tuple[Path, ...] = ()
+    #: Branches (globs) a project skill may be written from; a project lesson learned on any
+    #: other branch is staged for review. Empty: every branch.
+    project_branches: tuple[str, ...] = ()
     #: The user's own instructions to the reflecting model (house style, never capture ...).
     guidance: str = ""
     guidance_file: Path | None = None
@@ -494,6 +497,10 @@ def _coerce(value: Any, hint: Any, key: str, *, base: Path) -> Any:
         if not isinstance(value, str) or not value or "\x00" in value:
             raise ConfigError(f"must be a path string (got {value!r})", key)
         return _expand_path(value, base)
+    if get_origin(target) is tuple and get_args(target)[0] is str:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"must be an array of non-empty strings (got {value!r})", key)
+        return tuple(value)
     if get_origin(target) is tuple:
         if not isinstance(value, list) or not all(
             isinstance(v, str) and "\x00" not in v for v in value

@@ -77,6 +77,20 @@ def context(
     return GitContext(normalised, kept_branch, kept_commit, how)
 
 
+def completed(recorded: GitContext | None, observed: GitContext | None) -> GitContext | None:
+    """A window's context: what its transcript recorded, its gaps filled from what the
+    session's repository holds now (its origin; its commit only while it is still on the
+    recorded branch), else what the repository holds."""
+    if recorded is None:
+        return observed
+    if observed is None:
+        return recorded
+    commit = recorded.commit
+    if commit is None and recorded.branch is not None and recorded.branch == observed.branch:
+        commit = observed.commit
+    return recorded._replace(repository=recorded.repository or observed.repository, commit=commit)
+
+
 def normalise_repository(url: str) -> str | None:
     """`host/owner/repo` for a remote URL (scheme, user info, port and `.git` dropped); a local
     path stays a path (without `.git`). None for something that is not a remote at all."""

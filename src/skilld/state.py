@@ -22,7 +22,7 @@ from skilld.log import get_logger
 #: How long a writer waits for another's lock before giving up (seconds).
 BUSY_TIMEOUT_SECONDS = 30
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Event kinds (docs/design.md plus the library's own operations).
 EVENT_KINDS = frozenset(
@@ -178,7 +178,12 @@ _V2 = """
     ) WITHOUT ROWID;
 """
 
-_MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Version 3: where the current version of a skill was learned (gitinfo.GitContext as JSON).
+_V3 = """
+    ALTER TABLE provenance ADD COLUMN git TEXT;
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -235,6 +240,9 @@ class Provenance(NamedTuple):
     prompt_version: str | None
     created_at: str
     updated_at: str
+    #: The git context (JSON) of the window that wrote the current version; None when unknown
+    #: or written by hand.
+    git: str | None = None
 
 
 class Held(NamedTuple):
@@ -527,6 +535,7 @@ class StateDB:
         last_message: int | None = None,
         model: str | None = None,
         prompt_version: str | None = None,
+        git: Mapping[str, Any] | None = None,
     ) -> None:
         now = utc_now_iso(self._clock())
         with self.transaction():
@@ -534,8 +543,8 @@ class StateDB:
                 """
                 INSERT INTO provenance(library, name, path, sha256, prev_sha256, session,
                                        first_message, last_message, model, prompt_version,
-                                       created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                       created_at, updated_at, git)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(library, name) DO UPDATE SET
                     path = excluded.path, sha256 = excluded.sha256,
                     prev_sha256 = excluded.prev_sha256,
@@ -544,7 +553,7 @@ class StateDB:
                     last_message = COALESCE(excluded.last_message, provenance.last_message),
                     model = COALESCE(excluded.model, provenance.model),
                     prompt_version = COALESCE(excluded.prompt_version, provenance.prompt_version),
-                    updated_at = excluded.updated_at
+                    updated_at = excluded.updated_at, git = excluded.git
                 """,
                 (
                     library,
@@ -559,6 +568,7 @@ class StateDB:
                     prompt_version,
                     now,
                     now,
+                    json.dumps(dict(git), separators=(",", ":")) if git is not None else None,
                 ),
             )
 

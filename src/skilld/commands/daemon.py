@@ -222,8 +222,11 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
         app.state.add_event("rejected", library=item.library, skill=item.name, source="cli")
         print(f"rejected {args.name}")
         return 0
+    from skilld.gitinfo import from_json
+
     library = _staged_library(app, item.library, item.project_root)
-    result = library.apply(item.doc(), cli_origin())
+    # The version is still the session's lesson: it keeps where that session worked.
+    result = library.apply(item.doc(), cli_origin()._replace(git=from_json(item.origin.get("git"))))
     queue.remove(file)
     outcome = getattr(result, "kind", "unchanged")
     app.state.add_event(

@@ -20,13 +20,15 @@ from skilld.errors import Failure, UsageError
 
 if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` needs none
     from skilld.app import App
+    from skilld.gitinfo import GitContext
     from skilld.skills.library import Library
 
 # -- skills ----------------------------------------------------------------------------------
 
 
 def library_rows(library: Library) -> list[dict[str, Any]]:
-    """One row per skill of `library` (live or archived), with its usage."""
+    """One row per skill of `library` (live or archived), with its usage and where its
+    current version was learned (`git`, null when unknown)."""
     from skilld.skills.layout import SKILL_FILE
     from skilld.skills.usage import latest_activity_at
 
@@ -61,9 +63,42 @@ def library_rows(library: Library) -> list[dict[str, Any]]:
                 "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
                 "path": path,
                 "broken": error,
+                "git": _git_json(_stored_git(provenance[name].git) if name in provenance else None),
             }
         )
     return rows
+
+
+def _stored_git(text: str | None) -> GitContext | None:
+    """A git context as state.db keeps it (JSON), read back as untrusted."""
+    from skilld.gitinfo import from_json
+
+    if not text:
+        return None
+    try:
+        return from_json(json.loads(text))
+    except ValueError:
+        return None
+
+
+def _git_json(git: GitContext | None) -> dict[str, str | None] | None:
+    return git.as_json() if git is not None else None
+
+
+def learned_on(git: dict[str, Any] | None, repository: str | None, branch: str | None) -> bool:
+    """Whether a skill learned in `git` passes `skills list --repository R --branch B` (each a
+    glob; the repository is compared in its normal form, so any spelling of a remote works)."""
+    from fnmatch import fnmatchcase
+
+    from skilld.gitinfo import normalise_repository
+
+    if repository is not None:
+        repository = normalise_repository(repository) or repository
+    for key, pattern in (("repository", repository), ("branch", branch)):
+        value = git.get(key) if git is not None else None
+        if pattern is not None and (value is None or not fnmatchcase(value, pattern)):
+            return False
+    return True
 
 
 def skill_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
@@ -72,7 +107,11 @@ def skill_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
 
 
 def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
-    rows = skill_rows(app, args.library)
+    rows = [
+        row
+        for row in skill_rows(app, args.library)
+        if learned_on(row["git"], args.repository, args.branch)
+    ]
     if args.json:
         print_json_line(rows)
         return 0
@@ -104,6 +143,8 @@ def effect(app: App, library: Library, name: str) -> dict[str, Any]:
     record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
+    from skilld.gitinfo import from_json
+
     versions = [
         {
             "event": event.kind,
@@ -111,6 +152,7 @@ def effect(app: App, library: Library, name: str) -> dict[str, Any]:
             "version": event.detail.get("version"),
             "session": event.session,
             "reason": event.reason,
+            "git": _git_json(from_json(event.detail.get("git"))),
         }
         for event in app.state.events(
             kinds=("created", "updated", "rolled_back", "merged"), skill=name, library=library.name
@@ -173,7 +215,15 @@ def effect_lines(
             + (f" from {version['session']}" if version["session"] else "")
             + (f": {version['reason']}" if version["reason"] else "")
         )
+        if version["git"] is not None:
+            lines.append(f"  {learned_on_text(version['git'])}")
     return lines
+
+
+def learned_on_text(git: dict[str, Any]) -> str:
+    """`learned on <repository>@<branch> (<short commit>)`, `?` for what is unknown."""
+    commit = f" ({git['commit'][:7]})" if git["commit"] else ""
+    return f"learned on {git['repository'] or '?'}@{git['branch'] or '?'}{commit}"
 
 
 def cmd_skills_write(app: App, args: argparse.Namespace) -> int:
@@ -303,6 +353,10 @@ def _skills_parser(parser: Parser) -> None:
 
 def _list_parser(parser: Parser) -> None:
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--repository", help="only skills learned in this repository (host/owner/repo, a glob)"
+    )
+    parser.add_argument("--branch", help="only skills learned on this branch (a glob)")
     library_option(parser)
     parser.set_defaults(handler=cmd_skills_list)
 

@@ -7,8 +7,9 @@ Nothing here touches a file, the network or a clock; the supervisor acts on the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from skilld.evolve._similar import closest
@@ -123,6 +124,19 @@ def hold_reason(doc: SkillDoc, *, review_mode: bool) -> str | None:
     if risky:
         return "download-and-execute: " + ", ".join(risky)
     return "review mode" if review_mode else None
+
+
+def branch_hold(branch: str | None, allowed: Sequence[str]) -> str | None:
+    """Why a project skill learned on `branch` must wait for a person (`evolve.project_branches`:
+    globs of the branches it may be written from; empty allows every branch), or None. A
+    session whose branch is unknown (no repository, a detached HEAD) is not on an allowed one."""
+    if not allowed:
+        return None
+    if branch is None:
+        return "learned on no known branch"
+    if any(fnmatchcase(branch, pattern) for pattern in allowed):
+        return None
+    return f"learned on branch {branch}"
 
 
 #: Words with which a 400 names the configuration rather than the request's content.

@@ -63,7 +63,7 @@ class ReviewQueue:
             content=doc.body,
             reason=reason,
             held_because=held_because,
-            origin=origin._asdict(),
+            origin={**origin._asdict(), "git": origin.git.as_json() if origin.git else None},
             staged_at=utc_now_iso(),
             library=library,
             project_root=str(project_root) if project_root is not None else None,

@@ -43,6 +43,7 @@ from skilld.evolve._judge import (
     Rules,
     Skip,
     Verdict,
+    branch_hold,
     hold_reason,
     is_windows_fault,
     judge_reply,
@@ -56,6 +57,7 @@ from skilld.evolve.prompt import (
     PromptSettings,
     build_merge_messages,
     build_messages,
+    session_header,
 )
 from skilld.evolve.report import MAX_REPORTED_SOURCE_ERRORS, Spend, TickReport, WindowRecord
 from skilld.evolve.review import ReviewQueue
@@ -65,6 +67,7 @@ from skilld.evolve.window import (
     render_window,
 )
 from skilld.evolve.wiring import SourceBinding
+from skilld.gitinfo import GitContext, completed, from_json, observe
 from skilld.llm import LLMClient, LLMError
 from skilld.log import get_logger
 from skilld.redact import redact
@@ -98,6 +101,8 @@ class Job:
     messages: tuple[Message, ...]
     first_message: int  # index in the session of the window's first message
     cwd: str | None = None
+    #: Where the session worked at the window's last message (None: unknown).
+    git: GitContext | None = None
 
     @property
     def last_message(self) -> int:
@@ -144,12 +149,15 @@ class Evolver:
         #: Cursors by source id, loaded once: this process holds the daemon lock, so state.db
         #: only changes through it, and an idle tick then touches no database row.
         self._cursors: dict[str, dict[str, dict[str, Any]]] = {}
+        #: What the repository of each working directory holds, read once per tick.
+        self._observed: dict[str, GitContext | None] = {}
 
     # -- the tick ----------------------------------------------------------------------------
 
     async def tick(self) -> TickReport:
         report = TickReport(started_at=self.clock())
         self._listings.clear()
+        self._observed.clear()
         for binding in self.sources:
             await self._ingest(binding, report)
         outage = await self._settle_kept(report)
@@ -334,11 +342,28 @@ class Evolver:
             return []
         jobs, first = [], session.held.start
         for chunk in windows:
+            git = completed(chunk[-1].git, self._observe(session.cwd))
             jobs.append(
-                Job(session.key, binding.kind, binding.library, tuple(chunk), first, session.cwd)
+                Job(
+                    session.key,
+                    binding.kind,
+                    binding.library,
+                    tuple(chunk),
+                    first,
+                    session.cwd,
+                    git,
+                )
             )
             first += len(chunk)
         return jobs
+
+    def _observe(self, cwd: str | None) -> GitContext | None:
+        """What the repository holding `cwd` holds now (its files, no process), once a tick."""
+        if not cwd:
+            return None
+        if cwd not in self._observed:
+            self._observed[cwd] = observe(cwd)
+        return self._observed[cwd]
 
     async def _reflect_ready(self, report: TickReport) -> Outage | None:
         state = self.app.state
@@ -391,7 +416,10 @@ class Evolver:
             return
         if isinstance(verdict, Skip | Invalid):
             kind = "skipped" if isinstance(verdict, Skip) else "invalid"
-            detail: dict[str, Any] = {"messages": [job.first_message, job.last_message]}
+            detail: dict[str, Any] = {
+                "messages": [job.first_message, job.last_message],
+                "git": _git_json(job.git),
+            }
             if isinstance(verdict, Invalid):
                 detail["raw"] = verdict.raw[:RAW_REPLY_LIMIT]
             with self.app.state.transaction():
@@ -458,6 +486,7 @@ class Evolver:
                     "status": error.status,
                     "attempt": session.attempts,
                     "gave_up": gave_up,
+                    "git": _git_json(job.git),
                 },
             )
             if gave_up:
@@ -495,14 +524,20 @@ class Evolver:
         but the redaction event."""
         state = self.app.state
         user = self.app.libraries[job.library]
-        redaction = redact(render_window(job.messages))
+        git = job.git
+        header = session_header(git.repository, git.branch) if git is not None else ""
+        redaction = redact(header + render_window(job.messages))
         if redaction.counts:
             state.add_event(
                 "redacted",
                 library=job.library,
                 session=job.session,
                 source=job.source,
-                detail={"counts": dict(redaction.counts), "stage": "window"},
+                detail={
+                    "counts": dict(redaction.counts),
+                    "stage": "window",
+                    "git": _git_json(git),
+                },
             )
         # The session's own libraries only: its agent's, and its project's (never another's).
         shown = [user]
@@ -605,6 +640,7 @@ class Evolver:
             "reason": verdict.reason,
             "scope": verdict.scope,
             "cwd": job.cwd,
+            "git": _git_json(job.git),
             "merged": False,
         }
         with state.transaction():
@@ -707,6 +743,7 @@ class Evolver:
             when_to_use=body.get("when_to_use"),
             body=body["content"],
         )
+        git = from_json(body.get("git"))
         origin = Origin(
             source=kept.source or "evolve",
             session=kept.session,
@@ -714,8 +751,9 @@ class Evolver:
             last_message=kept.last_message,
             model=self.config.llm.model,
             prompt_version=PROMPT_VERSION,
+            git=git,
         )
-        window = {"messages": [kept.first_message, kept.last_message]}
+        window = {"messages": [kept.first_message, kept.last_message], "git": _git_json(git)}
 
         def finish(
             outcome_kind: str, commit: Callable[[], None], path: str | None = None
@@ -729,6 +767,8 @@ class Evolver:
         held = hold_reason(doc, review_mode=self.config.evolve.publish == "review")
         if project_root is not None and not self._project_allowed(project_root, library.root):
             held = f"project {project_root} is not in evolve.projects"
+        if project_root is not None and held is None:
+            held = branch_hold(git.branch if git else None, self.config.evolve.project_branches)
         if held is not None:
             path = self.review.stage(
                 doc,
@@ -881,3 +921,7 @@ class Evolver:
             known=[current.name],
             merge=True,
         )
+
+
+def _git_json(git: GitContext | None) -> dict[str, str | None] | None:
+    return git.as_json() if git is not None else None

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from skilld.gitinfo import from_json
 from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import cut_text
 
@@ -22,6 +23,8 @@ def encode_message(message: Message) -> dict[str, Any]:
     for key in ("tool_call_id", "tool_name", "timestamp"):
         if (value := getattr(message, key)) is not None:
             data[key] = value
+    if message.git is not None:
+        data["git"] = message.git.as_json()
     return data
 
 
@@ -37,6 +40,7 @@ def decode_message(data: dict[str, Any]) -> Message:
         tool_call_id=data.get("tool_call_id"),
         tool_name=data.get("tool_name"),
         timestamp=data.get("timestamp"),
+        git=from_json(data.get("git")),
     )
 
 
@@ -108,6 +112,7 @@ def _shrink(message: Message, max_chars: int) -> Message:
         message.tool_call_id,
         message.tool_name,
         message.timestamp,
+        message.git,
     )
 
 

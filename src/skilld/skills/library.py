@@ -47,6 +47,7 @@ from skilld.skills.names import InvalidName, is_safe_path_component, validate_na
 from skilld.skills.usage import UsageStore, new_record
 
 if TYPE_CHECKING:
+    from skilld.gitinfo import GitContext
     from skilld.state import StateDB
     from skilld.sync import Manifest, ManifestEntry, TeamRepo
 
@@ -123,6 +124,8 @@ class Origin(NamedTuple):
     last_message: int | None = None
     model: str | None = None
     prompt_version: str | None = None
+    #: Where the session that taught it worked (a window's), for provenance and team commits.
+    git: "GitContext | None" = None
 
 
 # -- what a write came to --------------------------------------------------------------------
@@ -533,7 +536,14 @@ class Library:
             except (GitError, OSError) as exc:
                 self._log.warning("team_setup_failed", library=self.name, error=str(exc))
         entry = ManifestEntry(team.relpath(written), digest or "") if written else None
-        message = team.change_message(event, name, session=origin.session)
+        git = origin.git
+        message = team.change_message(
+            event,
+            name,
+            session=origin.session,
+            repository=git.repository if git else None,
+            branch=git.branch if git else None,
+        )
         relpaths = [team.relpath(path) for path in paths]
         with team.change(message, relpaths, manifest={name: entry}):
             yield
@@ -737,6 +747,7 @@ class Library:
             last_message=origin.last_message,
             model=origin.model,
             prompt_version=origin.prompt_version,
+            git=origin.git.as_json() if origin.git else None,
         )
         with self._recorded(event, name, origin, [path], path, digest):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -774,6 +785,8 @@ class Library:
             "source": origin.source,
         }
         extra = dict(detail or {})
+        if origin.git is not None:
+            extra.setdefault("git", origin.git.as_json())
         with self.state.transaction():
             if isinstance(outcome, Written):
                 self.state.settle_provenance(self.name, outcome.name, outcome.sha256)

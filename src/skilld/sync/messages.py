@@ -8,7 +8,11 @@ machines, so a conflict report can say which host and session a version came fro
     Skilld-Event: updated
     Skilld-Skill: fix-venv
     Skilld-Session: 7f3c…
+    Skilld-Repository: github.com/acme/api
+    Skilld-Branch: main
     Skilld-Host: laptop
+
+(Repository and Branch: where the session that taught the change worked, when known.)
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ def change_message(
     detail: str | None = None,
     paths: Iterable[str] = (),
     subject: str | None = None,
+    repository: str | None = None,
+    branch: str | None = None,
 ) -> str:
     """The message of one commit: `subject` (by default `<event> <skill> <detail>`), a body
     listing `paths`, and the Skilld-* trailers."""
@@ -44,7 +50,14 @@ def change_message(
         subject = " ".join(str(part) for part in (event, skill, detail) if part)
     subject = _one_line(subject)
     body = "".join(f"  {_one_line(path)}\n" for path in paths)
-    trailers = [("Event", event), ("Skill", skill), ("Session", session), ("Host", host)]
+    trailers = [
+        ("Event", event),
+        ("Skill", skill),
+        ("Session", session),
+        ("Repository", repository),
+        ("Branch", branch),
+        ("Host", host),
+    ]
     trailer_text = "".join(f"Skilld-{key}: {_one_line(v)}\n" for key, v in trailers if v)
     return f"{subject}\n\n" + (f"{body}\n" if body else "") + trailer_text
 

@@ -308,9 +308,20 @@ class TeamRepo:
         """`path` (inside the root) as the repository names it."""
         return path.absolute().relative_to(self.root.absolute()).as_posix()
 
-    def change_message(self, event: str, skill: str | None, *, session: str | None = None) -> str:
-        """The message of a Library change: `<event> <skill>` with this host's trailers."""
-        return change_message(event, skill, host=self.host, session=session)
+    def change_message(
+        self,
+        event: str,
+        skill: str | None,
+        *,
+        session: str | None = None,
+        repository: str | None = None,
+        branch: str | None = None,
+    ) -> str:
+        """The message of a Library change: `<event> <skill>` with this host's trailers (and
+        the repository and branch the session worked on, when known)."""
+        return change_message(
+            event, skill, host=self.host, session=session, repository=repository, branch=branch
+        )
 
     # -- the team's view ---------------------------------------------------------------------
 

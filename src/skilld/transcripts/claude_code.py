@@ -11,7 +11,9 @@ thinking blocks, and the bookkeeping types (summary, file-history-snapshot, prog
 queue-operation, system, custom-title, ...). Attachments are dropped too, except that an
 `invoked_skills` attachment reports its skills as used (a record-level signal; a `Skill` tool
 call is visible in the messages and counted from there, so the attachment adds only skills not
-counted yet). Every record carries the session's `cwd`: the read reports the last one.
+counted yet). Every record carries the session's `cwd`: the read reports the last one. Every
+record carries `gitBranch` too, which changes when the user switches branches mid-session: each
+message keeps the branch of the record it came from (`recorded`).
 
 Subagents (`<project>/<session>/subagents/*.jsonl`, and the older `<project>/agent-*.jsonl`) are
 read only with `include_subagents`. Sidechain records inside a main session belong to a
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skilld.gitinfo import GitContext, context
 from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
 from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import (
@@ -122,6 +125,8 @@ class _Reader:
     parsed: ParsedLines = field(default_factory=ParsedLines)
     #: `message.id` of the last message when it is an assistant message (for merging).
     open_assistant_id: str | None = None
+    #: The branch the last record names (None: it names none, or not a plausible one).
+    git: GitContext | None = None
 
     def add(self, record: dict[str, Any]) -> None:
         if record.get("isSidechain") is True and not self.in_subagent:
@@ -129,6 +134,8 @@ class _Reader:
         cwd = string_or_none(record.get("cwd"))
         if cwd is not None:
             self.parsed.cwd = cwd
+        if "gitBranch" in record:
+            self.git = context(branch=record["gitBranch"], how="recorded")
         record_type = record.get("type")
         if record_type == "assistant":
             self._assistant(record)
@@ -169,6 +176,7 @@ class _Reader:
                 text="\n".join(part for part in (previous.text, text) if part),
                 tool_calls=previous.tool_calls + tool_calls,
                 timestamp=previous.timestamp,
+                git=self.git,
             )
             return
         messages.append(
@@ -177,6 +185,7 @@ class _Reader:
                 text=text,
                 tool_calls=tool_calls,
                 timestamp=iso_timestamp(record.get("timestamp")),
+                git=self.git,
             )
         )
         self.open_assistant_id = message_id
@@ -231,7 +240,7 @@ class _Reader:
                 self._remember_skill(name)
 
     def _append(self, message: Message) -> None:
-        self.parsed.messages.append(message)
+        self.parsed.messages.append(message._replace(git=self.git))
         self.open_assistant_id = None
 
     def _remember_skill(self, name: str) -> None:

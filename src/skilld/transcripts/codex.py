@@ -15,7 +15,10 @@ User messages that are harness context rather than the user speaking (`<environm
 dropped; a `<skill>` injection (the user mentioned `$name`) is dropped and reported as a use.
 
 The working directory is `session_meta.payload.cwd` (the first line) and then each
-`turn_context.payload.cwd`; the last one seen is carried in the cursor.
+`turn_context.payload.cwd`; the last one seen is carried in the cursor. So is the git context
+of `session_meta.payload.git` (`{commit_hash, branch, repository_url}`, each optional), which
+every message of the session carries (`recorded`); the URL is normalised on reading, so its user
+info (a token, often) is never kept.
 
 The session id is the UUID that ends the file name (Codex names the rollout after the id in
 `session_meta`); for a file named otherwise, the `session_meta` id from its first line.
@@ -30,6 +33,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from skilld.gitinfo import GitContext, context, from_json
 from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
 from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import (
@@ -127,6 +131,7 @@ class CodexSource(LineFileSource):
     ) -> ParsedLines:
         calls = pending_calls(state)
         parsed = ParsedLines(cwd=string_or_none(state.get("cwd")))
+        git = from_json(state.get("git"))
         # Index of the last message while it is an assistant message tool calls may join.
         open_assistant: int | None = None
         for line in lines:
@@ -136,6 +141,7 @@ class CodexSource(LineFileSource):
                 parsed.skipped += 1
                 continue
             parsed.cwd = _record_cwd(record) or parsed.cwd
+            git = _record_git(record) or git
             item = _response_item(record) if record is not None else None
             if record is None or item is None:
                 continue
@@ -144,7 +150,7 @@ class CodexSource(LineFileSource):
             if item_type == "message":
                 message = self._message(item, timestamp, parsed)
                 if message is not None:
-                    parsed.messages.append(message)
+                    parsed.messages.append(message._replace(git=git))
                     open_assistant = (
                         len(parsed.messages) - 1 if message.role == "assistant" else None
                     )
@@ -160,10 +166,11 @@ class CodexSource(LineFileSource):
                         text=joined.text,
                         tool_calls=(*joined.tool_calls, call),
                         timestamp=joined.timestamp,
+                        git=git,
                     )
                 else:
                     parsed.messages.append(
-                        Message(role="assistant", tool_calls=(call,), timestamp=timestamp)
+                        Message(role="assistant", tool_calls=(call,), timestamp=timestamp, git=git)
                     )
                     open_assistant = len(parsed.messages) - 1
             elif item_type in TOOL_OUTPUT_TYPES:
@@ -175,12 +182,15 @@ class CodexSource(LineFileSource):
                         tool_call_id=call_id,
                         tool_name=calls.pop(call_id, None) if call_id else None,
                         timestamp=timestamp,
+                        git=git,
                     )
                 )
                 open_assistant = None
         parsed.state = {"calls": calls} if calls else {}
         if parsed.cwd is not None:
             parsed.state["cwd"] = parsed.cwd
+        if git is not None:
+            parsed.state["git"] = git.as_json()
         return parsed
 
     def _message(
@@ -210,6 +220,21 @@ def _record_cwd(record: dict[str, Any] | None) -> str | None:
         return None
     payload = record.get("payload")
     return string_or_none(payload.get("cwd")) if isinstance(payload, dict) else None
+
+
+def _record_git(record: dict[str, Any] | None) -> GitContext | None:
+    if record is None or record.get("type") != "session_meta":
+        return None
+    payload = record.get("payload")
+    git = payload.get("git") if isinstance(payload, dict) else None
+    if not isinstance(git, dict):
+        return None
+    return context(
+        repository=git.get("repository_url"),
+        branch=git.get("branch"),
+        commit=git.get("commit_hash"),
+        how="recorded",
+    )
 
 
 def _response_item(record: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,11 +2,13 @@
 
     {"role": "user"|"assistant"|"tool"|"system", "content": str | [blocks],
      "tool_calls"?: [{"id", "type": "function", "function": {"name", "arguments"}}],
-     "tool_call_id"?, "name"?, "timestamp"?}
+     "tool_call_id"?, "name"?, "timestamp"?, "cwd"?}
 
 Session id = file stem; a file whose stem another file already holds (or shares, when both
 appear at once) is keyed by its path relative to the root, without its suffix. System messages
-are the harness speaking and are dropped. The format names no working directory.
+are the harness speaking and are dropped. A line may name the session's working directory
+(`cwd`, as Claude Code's lines do; the last one named counts), so that a project skill and the
+repository the session worked in can be found.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class JsonlSource(LineFileSource):
                 continue
             if record is None:
                 continue
+            parsed.cwd = string_or_none(record.get("cwd")) or parsed.cwd
             message = chat_message(record, calls, self.tool_result_max_chars)
             if message is not None:
                 parsed.messages.append(message)

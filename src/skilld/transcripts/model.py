@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    from skilld.gitinfo import GitContext
     from skilld.transcripts.signals import SkillSignal
 
 Role = Literal["user", "assistant", "tool", "system"]
@@ -32,6 +33,9 @@ class Message(NamedTuple):
     tool_call_id: str | None = None
     tool_name: str | None = None
     timestamp: str | None = None
+    #: Where the session worked when this message was written, as the transcript records it
+    #: (Claude Code's `gitBranch` on each line, a Codex rollout's `session_meta.git`).
+    git: "GitContext | None" = None
 
     @property
     def finishes_turn(self) -> bool:
