@@ -122,7 +122,7 @@ def test_replay_writes_only_under_out_and_reports_what_the_server_received(
     deploy_row = rows["jsonl:s3-deploy"]
     assert deploy_row["estimated"] is True  # the server sent no usage
     deploy_request = next(r for r in requests if "the deploy" in window_of(r))
-    deploy_chars = sum(len(m["content"]) for m in deploy_request["messages"])
+    deploy_chars = len("\n".join(m["content"] for m in deploy_request["messages"]))
     assert deploy_row["prompt_tokens"] == deploy_chars // 4
 
     totals = report["totals"]

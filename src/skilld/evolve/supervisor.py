@@ -601,7 +601,11 @@ class Evolver:
                     library=job.library,
                     session=job.session,
                     source=job.source,
-                    detail={"counts": judged.redactions, "stage": "merge" if merge else "reply"},
+                    detail={
+                        "counts": judged.redactions,
+                        "stage": "merge" if merge else "reply",
+                        "git": _git_json(job.git),
+                    },
                 )
             verdict = judged.verdict
             if not isinstance(verdict, Invalid) or attempt == 1:
@@ -909,7 +913,14 @@ class Evolver:
             proposed_tags=delimit(proposed.body + proposed.description),
             settings=replace(self._prompt_settings(library), with_scope=False, system_prompt=None),
         )
-        job = Job(kept.session or "", kept.source or "", library.name, (), first)
+        job = Job(
+            kept.session or "",
+            kept.source or "",
+            library.name,
+            (),
+            first,
+            git=from_json(kept.body.get("git")),
+        )
         rules = Rules(library.dialect, library.max_content_chars, "")
         return await self._converse(
             messages,
