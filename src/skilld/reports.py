@@ -226,6 +226,26 @@ def daemon_stale(report: dict[str, Any]) -> bool:
     )
 
 
+def llm_daily(app: App) -> list[dict[str, Any]]:
+    """LLM calls and tokens per UTC day for the last 30 days, oldest first (0 where none)."""
+    from datetime import UTC, datetime, timedelta
+
+    from skilld.evolve.report import DAILY_SPEND_DAYS, DAILY_SPEND_KEY
+
+    recorded = app.state.get_meta(DAILY_SPEND_KEY, {})
+    today = datetime.now(UTC).date()
+    days = [(today - timedelta(days=n)).isoformat() for n in range(DAILY_SPEND_DAYS - 1, -1, -1)]
+    return [
+        {
+            "day": day,
+            "calls": int((recorded.get(day) or {}).get("calls", 0)),
+            "prompt_tokens": int((recorded.get(day) or {}).get("prompt_tokens", 0)),
+            "completion_tokens": int((recorded.get(day) or {}).get("completion_tokens", 0)),
+        }
+        for day in days
+    ]
+
+
 # -- events ----------------------------------------------------------------------------------
 
 
@@ -267,3 +287,84 @@ def review_items(app: App) -> list[dict[str, Any]]:
 
     queue = ReviewQueue(app.config.state.dir / "pending")
     return [item._asdict() for _, item in queue.staged()]
+
+
+def event_page(
+    app: App,
+    *,
+    kinds: tuple[str, ...] = (),
+    skill: str | None = None,
+    library: str | None = None,
+    since: str | None = None,
+    before: int | None = None,
+    size: int = 50,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the event log, newest first: the `size` events before the event `before`
+    (else the newest), and the id to pass as `before` for the next page (None: no older
+    events). One indexed query with a LIMIT, however long the log is."""
+    events = app.state.events(
+        kinds=kinds,
+        skill=skill,
+        library=library,
+        since=since_timestamp(since),
+        limit=size + 1,
+        before_id=before,
+    )
+    newest_first = [event.as_dict() for event in reversed(events)]
+    older = newest_first[size - 1]["id"] if len(newest_first) > size else None
+    return newest_first[:size], older
+
+
+# -- curator ---------------------------------------------------------------------------------
+
+#: The events of the curator's moves, and of a restore (which undoes one).
+CURATOR_KINDS = ("stale", "reactivated", "archived", "merged", "restored")
+
+
+def curator_report(app: App, *, runs: int = 10) -> dict[str, Any]:
+    """The curator's last runs and what each moved, what its next pass will move and when,
+    and every archived skill (each restorable)."""
+    from datetime import timedelta
+
+    from skilld.curator.passes import read_last_run, run_lifecycle
+    from skilld.curator.schedule import utc_now
+
+    curator = app.config.curator
+    last_run = read_last_run(app)
+    now = utc_now()
+    next_run = last_run + timedelta(hours=curator.interval_hours) if last_run else None
+    at = max(next_run, now) if next_run else now
+    moved: dict[str, list[dict[str, Any]]] = {}
+    for event in reversed(app.state.events(kinds=CURATOR_KINDS, limit=500)):
+        if event.source == "curator" and (event.ts in moved or len(moved) < runs):
+            moved.setdefault(event.ts, []).append(event.as_dict())
+    upcoming = []
+    archived = []
+    for library in app.all_libraries():
+        plan = run_lifecycle(app, library, now=at, dry_run=True)
+        upcoming += [
+            {
+                "library": library.name,
+                "name": t.name,
+                "kind": t.kind,
+                "from": t.from_state,
+                "to": t.to_state,
+                "reason": t.reason,
+            }
+            for t in plan.transitions
+        ]
+        archived += [
+            {"library": library.name, "name": name, "path": str(path)}
+            for name, path in sorted(library.archived().items())
+        ]
+    return {
+        "enabled": curator.enabled,
+        "interval_hours": curator.interval_hours,
+        "stale_after_days": curator.stale_after_days,
+        "archive_after_days": curator.archive_after_days,
+        "last_run": last_run.isoformat(timespec="seconds") if last_run else None,
+        "next_run": next_run.isoformat(timespec="seconds") if next_run else None,
+        "runs": [{"at": ts, "moves": moves} for ts, moves in moved.items()],
+        "upcoming": upcoming,
+        "archived": archived,
+    }

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import CommandTable, Failure, Parser, cli_origin, print_json_line
+from skilld.commands.common import CommandTable, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
-from skilld.errors import ConfigError, StateError, UsageError
+from skilld.errors import ConfigError, StateError
 from skilld.reports import daemon_stale, review_items, status_report
 
 if TYPE_CHECKING:
@@ -130,7 +129,7 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_review(app: App, args: argparse.Namespace) -> int:
-    from skilld.evolve.review import ReviewQueue
+    from skilld.actions import approve, reject
 
     if args.command == "list":
         rows = review_items(app)
@@ -142,43 +141,13 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
                 f"  {row['held_because']}: {row['description']}"
             )
         return 0
-    queue = ReviewQueue(app.config.state.dir / "pending")
-    found = [
-        (file, item)
-        for file, item in queue.find(args.name)
-        if args.library is None or item.library == args.library
-    ]
-    if not found:
-        raise Failure(f"nothing staged under the name {args.name}")
-    if len(found) > 1:
-        names = ", ".join(item.library for _, item in found)
-        raise UsageError(f"{args.name} is staged for several libraries ({names}); add --library")
-    file, item = found[0]
     if args.command == "reject":
-        queue.remove(file)
-        app.state.add_event("rejected", library=item.library, skill=item.name, source="cli")
+        reject(app, args.name, cli_origin(), args.library)
         print(f"rejected {args.name}")
         return 0
-    library = _staged_library(app, item.library, item.project_root)
-    result = library.apply(item.doc(), cli_origin())
-    queue.remove(file)
-    outcome = getattr(result, "kind", "unchanged")
-    app.state.add_event(
-        "approved", library=library.name, skill=item.name, source="cli", detail={"outcome": outcome}
-    )
-    print(f"{outcome} {result.name} {result.path}")
+    result = approve(app, args.name, cli_origin(), args.library)
+    print(f"{result.kind} {result.name} {result.path}")
     return 0
-
-
-def _staged_library(app: App, name: str, project_root: str | None) -> Any:
-    """The library a staged proposal was meant for (a project's, when it names one)."""
-    from skilld.routing import project_library
-
-    user_name = name.partition("@")[0] if name else None
-    user = app.select(user_name if user_name in app.libraries else None)
-    if project_root is None:
-        return user
-    return app.open_library(project_library(user.spec, Path(project_root)))
 
 
 def _run_parser(parser: Parser) -> None:
