@@ -27,8 +27,9 @@ def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:
 
 
 #: What one-shot commands must not pay for: the LLM client, logging, YAML, the event loop,
-#: the redaction patterns.
-HEAVY = ("httpx", "structlog", "yaml", "anyio", "asyncio", "skilld.redact")
+#: the redaction patterns, the web panel's server, templates and Markdown.
+HEAVY = ("httpx", "structlog", "yaml", "anyio", "asyncio", "skilld.redact", "skilld.web")
+HEAVY += ("starlette", "uvicorn", "jinja2", "markdown_it")
 #: Standard-library modules they do without: the TOML parser once the config is cached (the
 #: `skills write` before each probe loads the same file), shutil (argparse's help width),
 #: dataclasses (inspect, ast, dis: the records on their path are named tuples), hashlib

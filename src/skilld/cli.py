@@ -41,6 +41,7 @@ GROUPS: dict[str, str] = {
     "curate": "curate",
     "mcp": "mcp",
     "sync": "sync",
+    "web": "web",
 }
 
 Handler = Callable[["App", argparse.Namespace], int]

@@ -200,6 +200,32 @@ def _check_sync(sync: SyncConfig) -> None:
 _HOST_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 
+class WebConfig(NamedTuple):
+    """The panel (`skilld web`), and whether `skilld run` serves it too."""
+
+    #: "HOST:PORT" for `skilld run` to serve the panel on; "" = the daemon serves none.
+    listen: str = ""
+    #: A file holding the token every request must carry (needed to bind a non-loopback
+    #: address); `$SKILLD_WEB_TOKEN` gives it directly.
+    token_file: Path | None = None
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """`"127.0.0.1:8741"` → ("127.0.0.1", 8741); `"[::1]:8741"` → ("::1", 8741)."""
+    host, colon, port = listen.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise ValueError(f"must be HOST:PORT, e.g. 127.0.0.1:8741, got {listen!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def _check_web(web: WebConfig) -> None:
+    if web.listen:
+        try:
+            split_listen(web.listen)
+        except ValueError as exc:
+            raise ConfigError(str(exc), "web.listen") from None
+
+
 class LLMConfig(NamedTuple):
     base_url: str = "https://api.deepseek.com/v1"
     model: str = "deepseek-chat"
@@ -244,6 +270,7 @@ class Config(NamedTuple):
     libraries: tuple[LibraryConfig, ...]
     sync: SyncConfig
     evolve: EvolveConfig
+    web: WebConfig
     llm: LLMConfig
     curator: CuratorConfig
     log: LogConfig
@@ -258,6 +285,7 @@ SECTIONS: dict[str, Any] = {
     "state": StateConfig,
     "sync": SyncConfig,
     "evolve": EvolveConfig,
+    "web": WebConfig,
     "llm": LLMConfig,
     "curator": CuratorConfig,
     "log": LogConfig,
@@ -278,6 +306,7 @@ _TABLE_CHECKS: dict[type, Callable[[Any], None]] = {
     LibraryConfig: _check_library,
     EvolveConfig: _check_evolve,
     SyncConfig: _check_sync,
+    WebConfig: _check_web,
     CuratorConfig: _check_curator,
 }
 
@@ -371,10 +400,14 @@ def build_config(
     return Config(**sections, **arrays, path=path, origins=origins)
 
 
+#: `SKILLD_` variables that are not `SKILLD_<SECTION>_<KEY>` overrides.
+NOT_OVERRIDES = frozenset({"SKILLD_CONFIG", "SKILLD_WEB_TOKEN"})
+
+
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
     overrides: dict[str, dict[str, str]] = {}
     for var, value in environ.items():
-        if not var.startswith("SKILLD_") or var == "SKILLD_CONFIG":
+        if not var.startswith("SKILLD_") or var in NOT_OVERRIDES:
             continue
         rest = var.removeprefix("SKILLD_").lower()
         section, _, key = rest.partition("_")

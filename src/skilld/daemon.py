@@ -21,6 +21,7 @@ from anyio.abc import TaskStatus
 
 from skilld.app import App, open_app
 from skilld.config import Config, ConfigError
+from skilld.errors import UsageError
 from skilld.evolve.report import TickReport
 from skilld.evolve.supervisor import SPEND_KEY, Evolver
 from skilld.evolve.wiring import bind_sources, llm_settings
@@ -33,6 +34,10 @@ from skilld.team import record_round, set_up, sync_round, team_libraries
 
 #: Hook the curator registers: (app, llm, now) -> None, run inside the loop when due.
 CuratorPass = Callable[[App, LLMClient], Any]
+
+
+#: How long a stopping daemon waits for its panel's open requests (a live events view).
+PANEL_STOP_SECONDS = 5
 
 
 @dataclass
@@ -87,12 +92,15 @@ class Daemon:
     async def _run_locked(self, *, once: bool) -> DaemonResult:
         ticks = 0
         failed = False
+        panel_stop, panel_done = anyio.Event(), anyio.Event()
         async with anyio.create_task_group() as signal_group:
             if not once:
                 # Handlers are in place before READY=1 and stay in place across reloads:
                 # systemd may send SIGTERM the moment it reads READY=1, and the default action
                 # would kill the daemon instead of stopping it.
                 await signal_group.start(self._watch_signals)
+                if self.config.web.listen:
+                    await signal_group.start(self._serve_panel, panel_stop, panel_done)
             while True:
                 with open_app(self.config, prepare=True) as app:
                     self._set_up_teams(app)
@@ -119,6 +127,10 @@ class Daemon:
                 if self._stop.is_set():
                     break
                 self._apply_reload()
+            if self.config.web.listen and not once:
+                panel_stop.set()  # open requests get a moment to finish
+                with anyio.move_on_after(PANEL_STOP_SECONDS):
+                    await panel_done.wait()
             signal_group.cancel_scope.cancel()
         self._announce_stopping()
         return DaemonResult(1 if once and failed else 0, ticks)
@@ -205,6 +217,39 @@ class Daemon:
                 else:
                     self.log.info("stopping", signal=signal.Signals(signum).name)
                     self.request_stop()
+
+    async def _serve_panel(
+        self,
+        stop: anyio.Event,
+        done: anyio.Event,
+        *,
+        task_status: TaskStatus[None] = TASK_STATUS_IGNORED,
+    ) -> None:
+        """The web panel on `[web] listen`, in this process, until `stop` (the sidecar).
+
+        Bound before the first tick, so that a port in use, or a non-loopback address without
+        a token, stops the daemon at start (exit 2) instead of failing unseen."""
+        from skilld.config import split_listen
+        from skilld.web.serve import bind, panel_access, serve_panel, url_of
+
+        host, port = split_listen(self.config.web.listen)
+        try:
+            access = panel_access(self.config, host, port)
+            sock = bind(host, port)
+        except (UsageError, OSError) as exc:
+            raise ConfigError(f"cannot serve the panel: {exc}", "web.listen") from None
+        task_status.started()
+        try:
+            await serve_panel(
+                self.config,
+                sock,
+                access,
+                on_ready=lambda: self.log.info("panel_listening", url=url_of(host, port)),
+                stop=stop,
+            )
+        finally:
+            sock.close()
+            done.set()
 
     async def _heartbeat(self, app: App) -> None:
         """The loop is alive even while a long tick waits on the LLM."""

@@ -24,9 +24,9 @@ from skilld.app import open_app
 from skilld.config import Config
 from skilld.errors import SkilldError
 from skilld.redact import merge_counts, redact
+from skilld.reports import tool_skill_rows
 from skilld.skills.document import SkillDoc
 from skilld.skills.library import Library, Origin, Written
-from skilld.skills.usage import report_row
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -90,29 +90,7 @@ class SkillTools:
 
     def list(self) -> dict[str, Any]:
         with self._library() as library:
-            records = library.usage_records()
-            skills = []
-            for entry in library.discover():
-                row = report_row(entry.name, records.get(entry.name) or {})
-                latest = row["latest_activity_at"]
-                skills.append(
-                    {
-                        "name": entry.name,
-                        "owner": entry.owner,
-                        "managed": entry.owner == "managed",
-                        "state": row["state"],
-                        "pinned": row["pinned"],
-                        "description": entry.doc.description if entry.doc else None,
-                        "use_count": row["use_count"],
-                        "view_count": row["view_count"],
-                        "patch_count": row["patch_count"],
-                        "last_activity_at": latest.isoformat(timespec="seconds")
-                        if latest
-                        else None,
-                        "path": str(entry.path),
-                        "broken": entry.error,
-                    }
-                )
+            skills = tool_skill_rows(library)
         return {"skills": skills}
 
     def view(self, name: str) -> str:

@@ -59,6 +59,8 @@ EVENT_KINDS = frozenset(
         # team libraries
         "conflict",
         "synced",
+        # an action taken through the web panel (what, on which skill)
+        "web",
     }
 )
 
@@ -460,10 +462,15 @@ class StateDB:
         since: str | None = None,
         limit: int | None = None,
         after_id: int = 0,
+        before_id: int | None = None,
     ) -> list[Event]:
-        """Newest last. `limit` keeps the newest `limit` matching events."""
+        """Newest last. `limit` keeps the newest `limit` matching events (those before
+        `before_id`, when given: a page of a log read newest first)."""
         clauses: list[str] = ["id > ?"]
         params: list[Any] = [after_id]
+        if before_id is not None:
+            clauses.append("id < ?")
+            params.append(before_id)
         if kinds:
             clauses.append(f"kind IN ({','.join('?' * len(kinds))})")
             params.extend(kinds)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import CommandTable, Failure, Parser, cli_origin, print_json_line
+from skilld.commands.common import CommandTable, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
-from skilld.errors import ConfigError, StateError, UsageError
+from skilld.errors import ConfigError, StateError
+from skilld.reports import daemon_stale, review_items, status_report
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -39,63 +38,6 @@ def cmd_run(config: Config, args: argparse.Namespace) -> int:
         print(f"skilld: {exc}", file=sys.stderr)
         return 2
     return result.exit_code
-
-
-def library_status(app: App) -> list[dict[str, Any]]:
-    """Each library's managed skills against its cap, and the proposals kept for it."""
-    kept = app.state.proposal_counts()
-    rows = []
-    for library in app.all_libraries():
-        waiting = kept.get(library.name, {})
-        rows.append(
-            {
-                "name": library.name,
-                "dir": str(library.root),
-                "dialect": library.dialect,
-                "managed": len(library.managed_names()),
-                "max_managed": library.max_managed,
-                "proposals_at_cap": waiting.get("cap", 0),
-                "proposals_failed": waiting.get("failed", 0),
-                "proposals_waiting": sum(waiting.values()),
-            }
-        )
-    return rows
-
-
-def status_report(app: App) -> dict[str, Any]:
-    from skilld.evolve.backlog import backlog
-    from skilld.evolve.review import ReviewQueue
-    from skilld.team import sync_status
-
-    state = app.state
-    now = time.time()
-    heartbeat = state.get_meta("heartbeat")
-    daemon = state.get_meta("daemon") or {}
-    interval = daemon.get("interval", app.config.evolve.interval_seconds)
-    stats = state.session_stats()
-    libraries = library_status(app)
-    return {
-        "last_tick": state.get_meta("last_tick"),
-        "heartbeat_age_seconds": round(now - heartbeat, 1) if heartbeat else None,
-        "interval_seconds": interval,
-        "daemon_pid": daemon.get("pid"),
-        "sessions_tracked": stats["tracked"],
-        "windows_deferred": stats["deferred"],
-        "backlog": backlog(app),
-        "libraries": libraries,
-        "skills_managed": sum(row["managed"] for row in libraries),
-        "max_managed": sum(row["max_managed"] for row in libraries),
-        "proposals_waiting": sum(row["proposals_waiting"] for row in libraries),
-        "pending_review": len(ReviewQueue(app.config.state.dir / "pending").staged()),
-        "sync": sync_status(app),
-        "llm": state.get_meta("llm_health"),
-        "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
-        "source_errors": state.get_meta("source_errors", []),
-        "source_errors_total": state.get_meta("source_errors_total", 0),
-        "recent_errors": [
-            e.as_dict() for e in state.events(kinds=("error", "usage_corrupt"), limit=3)
-        ],
-    }
 
 
 def backlog_line(backlog: dict[str, Any]) -> str:
@@ -133,16 +75,10 @@ def _duration(seconds: float) -> str:
 
 
 def cmd_status(app: App, args: argparse.Namespace) -> int:
-    from skilld.state import process_alive, utc_now_iso
+    from skilld.state import utc_now_iso
 
     report = status_report(app)
     age = report["heartbeat_age_seconds"]
-    # `skilld once` beats the heart too: healthy means a live `skilld run` beating it.
-    stale = (
-        age is None
-        or age > 3 * report["interval_seconds"]
-        or not process_alive(report["daemon_pid"])
-    )
     if args.json:
         print_json_line(report)
     else:
@@ -183,7 +119,7 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")
         print(f"source errors  {report['source_errors_total']} in the last tick")
-    if args.check and stale:
+    if args.check and daemon_stale(report):
         print("skilld: no daemon is running (no heartbeat within three intervals)", file=sys.stderr)
         return 1
     return 0
@@ -193,58 +129,25 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_review(app: App, args: argparse.Namespace) -> int:
-    from skilld.evolve.review import ReviewQueue
+    from skilld.actions import approve, reject
 
-    queue = ReviewQueue(app.config.state.dir / "pending")
     if args.command == "list":
-        items = [item for _, item in queue.staged()]
+        rows = review_items(app)
         if args.json:
-            print_json_line([item._asdict() for item in items])
-        for item in items if not args.json else ():
+            print_json_line(rows)
+        for row in rows if not args.json else ():
             print(
-                f"{item.name:<32} {item.library or '-':<12} {item.staged_at}"
-                f"  {item.held_because}: {item.description}"
+                f"{row['name']:<32} {row['library'] or '-':<12} {row['staged_at']}"
+                f"  {row['held_because']}: {row['description']}"
             )
         return 0
-    found = [
-        (file, item)
-        for file, item in queue.find(args.name)
-        if args.library is None or item.library == args.library
-    ]
-    if not found:
-        raise Failure(f"nothing staged under the name {args.name}")
-    if len(found) > 1:
-        names = ", ".join(item.library for _, item in found)
-        raise UsageError(f"{args.name} is staged for several libraries ({names}); add --library")
-    file, item = found[0]
     if args.command == "reject":
-        queue.remove(file)
-        app.state.add_event("rejected", library=item.library, skill=item.name, source="cli")
+        reject(app, args.name, cli_origin(), args.library)
         print(f"rejected {args.name}")
         return 0
-    from skilld.gitinfo import from_json
-
-    library = _staged_library(app, item.library, item.project_root)
-    # The version is still the session's lesson: it keeps where that session worked.
-    result = library.apply(item.doc(), cli_origin()._replace(git=from_json(item.origin.get("git"))))
-    queue.remove(file)
-    outcome = getattr(result, "kind", "unchanged")
-    app.state.add_event(
-        "approved", library=library.name, skill=item.name, source="cli", detail={"outcome": outcome}
-    )
-    print(f"{outcome} {result.name} {result.path}")
+    result = approve(app, args.name, cli_origin(), args.library)
+    print(f"{result.kind} {result.name} {result.path}")
     return 0
-
-
-def _staged_library(app: App, name: str, project_root: str | None) -> Any:
-    """The library a staged proposal was meant for (a project's, when it names one)."""
-    from skilld.routing import project_library
-
-    user_name = name.partition("@")[0] if name else None
-    user = app.select(user_name if user_name in app.libraries else None)
-    if project_root is None:
-        return user
-    return app.open_library(project_library(user.spec, Path(project_root)))
 
 
 def _run_parser(parser: Parser) -> None:

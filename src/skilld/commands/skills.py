@@ -9,109 +9,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skilld.commands.common import CommandTable, Parser, cli_origin, library_option, print_json_line
-from skilld.config import parse_duration
-from skilld.errors import Failure, UsageError
+from skilld.errors import Failure
+from skilld.reports import event_rows, skill_report, skill_rows
 
 if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` needs none
     from skilld.app import App
-    from skilld.gitinfo import GitContext
-    from skilld.skills.library import Library
 
 # -- skills ----------------------------------------------------------------------------------
 
 
-def library_rows(library: Library) -> list[dict[str, Any]]:
-    """One row per skill of `library` (live or archived), with its usage and where its
-    current version was learned (`git`, null when unknown)."""
-    from skilld.skills.layout import SKILL_FILE
-    from skilld.skills.usage import latest_activity_at
-
-    usage = library.usage_records()
-    entries: list[tuple[str, str, str, str | None]] = [
-        (e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)
-    ]
-    provenance = library.state.all_provenance(library.name)
-    live = {name for name, *_ in entries}
-    for name, archived in library.archived().items():
-        if name not in live:
-            file = archived / SKILL_FILE if archived.is_dir() else archived
-            owner = "managed" if name in provenance else "human"
-            entries.append((name, owner, str(file), None))
-    archive = str(library.root / ".archive")
-    rows = []
-    for name, owner, path, error in sorted(entries):
-        record = usage.get(name, {})
-        latest = latest_activity_at(record) if record else None
-        rows.append(
-            {
-                "name": name,
-                "library": library.name,
-                "owner": owner,
-                "state": "archived"
-                if path.startswith(archive)
-                else record.get("state") or "active",
-                "pinned": bool(record.get("pinned", False)),
-                "use_count": int(record.get("use_count", 0) or 0),
-                "view_count": int(record.get("view_count", 0) or 0),
-                "patch_count": int(record.get("patch_count", 0) or 0),
-                "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
-                "path": path,
-                "broken": error,
-                "git": _git_json(_stored_git(provenance[name].git) if name in provenance else None),
-            }
-        )
-    return rows
-
-
-def _stored_git(text: str | None) -> GitContext | None:
-    """A git context as state.db keeps it (JSON), read back as untrusted."""
-    from skilld.gitinfo import from_json
-
-    if not text:
-        return None
-    try:
-        return from_json(json.loads(text))
-    except ValueError:
-        return None
-
-
-def _git_json(git: GitContext | None) -> dict[str, str | None] | None:
-    return git.as_json() if git is not None else None
-
-
-def learned_on(git: dict[str, Any] | None, repository: str | None, branch: str | None) -> bool:
-    """Whether a skill learned in `git` passes `skills list --repository R --branch B` (each a
-    glob; the repository is compared in its normal form, so any spelling of a remote works)."""
-    from fnmatch import fnmatchcase
-
-    from skilld.gitinfo import normalise_repository
-
-    if repository is not None:
-        repository = normalise_repository(repository) or repository
-    for key, pattern in (("repository", repository), ("branch", branch)):
-        value = git.get(key) if git is not None else None
-        if pattern is not None and (value is None or not fnmatchcase(value, pattern)):
-            return False
-    return True
-
-
-def skill_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
-    libraries = [app.select(library)] if library is not None else app.all_libraries()
-    return [row for lib in libraries for row in library_rows(lib)]
-
-
 def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
-    rows = [
-        row
-        for row in skill_rows(app, args.library)
-        if learned_on(row["git"], args.repository, args.branch)
-    ]
+    rows = skill_rows(app, args.library, repository=args.repository, branch=args.branch)
     if args.json:
         print_json_line(rows)
         return 0
@@ -135,65 +48,18 @@ def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def effect(app: App, library: Library, name: str) -> dict[str, Any]:
-    """What the library knows of a skill's effect: uses, the sessions that used it, and each
-    version with the reason given for it."""
-    from skilld.skills.usage import latest_activity_at
-
-    record = library.usage_records().get(name) or {}
-    latest = latest_activity_at(record) if record else None
-    sessions = app.state.skill_sessions(library.name, name)
-    from skilld.gitinfo import from_json
-
-    versions = [
-        {
-            "event": event.kind,
-            "at": event.ts,
-            "version": event.detail.get("version"),
-            "session": event.session,
-            "reason": event.reason,
-            "git": _git_json(from_json(event.detail.get("git"))),
-        }
-        for event in app.state.events(
-            kinds=("created", "updated", "rolled_back", "merged"), skill=name, library=library.name
-        )
-    ]
-    return {
-        "uses": int(record.get("use_count", 0) or 0),
-        "views": int(record.get("view_count", 0) or 0),
-        "created_at": record.get("created_at"),
-        "last_used_at": record.get("last_used_at"),
-        "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
-        "sessions": [{"session": s, "uses": n, "last_at": at} for s, n, at in sessions],
-        "versions": versions,
-    }
-
-
 def cmd_skills_show(app: App, args: argparse.Namespace) -> int:
-    library = app.select(args.library, skill=args.name)
-    entry = library.get(args.name)
-    if entry is None:
-        raise Failure(f"no skill named {args.name} in library {library.name}")
-    if entry.error:
-        raise Failure(f"{entry.name} is broken: {entry.error}")
-    text = entry.path.read_text(encoding="utf-8")
-    report = effect(app, library, entry.name)
+    report = skill_report(app, args.name, args.library)
     if args.json:
-        print_json_line(
-            {
-                "name": entry.name,
-                "library": library.name,
-                "owner": entry.owner,
-                "path": str(entry.path),
-                "text": text,
-                "effect": report,
-            }
-        )
+        print_json_line(report)
         return 0
     # The file itself on stdout (so it can be piped); what is known of it on stderr.
-    for line in effect_lines(entry.name, library.name, entry.owner, str(entry.path), report):
+    lines = effect_lines(
+        report["name"], report["library"], report["owner"], report["path"], report["effect"]
+    )
+    for line in lines:
         print(f"# {line}", file=sys.stderr)
-    sys.stdout.write(text)
+    sys.stdout.write(report["text"])
     return 0
 
 
@@ -312,37 +178,30 @@ def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_events(app: App, args: argparse.Namespace) -> int:
-    from skilld.state import utc_now_iso
-
-    since = None
-    if args.since:
-        try:
-            since = utc_now_iso(time.time() - parse_duration(args.since))
-        except ValueError as exc:
-            raise UsageError(f"--since: {exc}") from None
-    events = app.state.events(
+    events = event_rows(
+        app,
         kinds=tuple(args.kind or ()),
         skill=args.skill,
         library=args.library,
-        since=since,
+        since=args.since,
         limit=args.limit,
     )
     for event in events:
         if args.json:
-            print_json_line(event.as_dict())
+            print_json_line(event)
         else:
             parts = [
-                event.ts,
-                f"{event.kind:<10}",
-                event.library or "-",
-                event.skill or "-",
-                event.session or "-",
+                event["ts"],
+                f"{event['kind']:<10}",
+                event["library"] or "-",
+                event["skill"] or "-",
+                event["session"] or "-",
             ]
             line = "  ".join(parts)
-            if event.reason:
-                line += f"  {event.reason}"
-            if event.detail:
-                line += "  " + json.dumps(event.detail, ensure_ascii=False, default=str)
+            if event["reason"]:
+                line += f"  {event['reason']}"
+            if event["detail"]:
+                line += "  " + json.dumps(event["detail"], ensure_ascii=False, default=str)
             print(line)
     return 0
 

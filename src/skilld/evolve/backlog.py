@@ -75,21 +75,31 @@ def backlog(app: App) -> dict[str, Any]:
     library_of = {source_id_of(route.source): route.library for route in app.routing.routes}
     measured: dict[str, int] = state.get_meta(PROMPT_CHARS_KEY, {})
     windows = window_chars = sessions_ready = sessions_waiting = 0
+    by_source: dict[str, dict[str, int]] = {}
     for key in state.sessions_with_pending():
         session = state.session(key)
         if session is None or session.source not in library_of:
             continue
+        source = by_source.setdefault(
+            session.source,
+            {"windows": 0, "estimated_tokens": 0, "sessions_ready": 0, "sessions_waiting": 0},
+        )
         session.last_reflect_at = None  # the cooldown is not lateness
         ready = ready_windows(
             state, session, settings, config.evolve.window_max_chars, now=time.time()
         )
         if isinstance(ready, Waiting):
             sessions_waiting += 1
+            source["sessions_waiting"] += 1
             continue
         prompt = measured.get(library_of[session.source]) or _bare_prompt_chars()
+        chars = sum(prompt + len(render_window(window)) for window in ready)
         sessions_ready += 1
         windows += len(ready)
-        window_chars += sum(prompt + len(render_window(window)) for window in ready)
+        window_chars += chars
+        source["sessions_ready"] += 1
+        source["windows"] += len(ready)
+        source["estimated_tokens"] += chars // 4
     stats = state.session_stats()
     cap = config.llm.max_calls_per_hour
     return {
@@ -101,6 +111,7 @@ def backlog(app: App) -> dict[str, Any]:
         "pending_messages": stats["pending_messages"],
         "max_calls_per_hour": cap,
         "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
+        "by_source": by_source,
     }
 
 

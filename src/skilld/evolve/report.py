@@ -11,6 +11,21 @@ from skilld.llm import LLMReply
 
 #: How many source errors a tick keeps for `status`; the total is always counted.
 MAX_REPORTED_SOURCE_ERRORS = 100
+#: state.db meta: LLM calls and tokens per UTC day, {"YYYY-MM-DD": {...}}, the last 30 days.
+DAILY_SPEND_KEY = "llm_daily"
+DAILY_SPEND_DAYS = 30
+
+
+def add_daily_spend(
+    daily: dict[str, dict[str, int]], day: str, spend: dict[str, int]
+) -> dict[str, dict[str, int]]:
+    """`daily` with `spend` (calls, prompt and completion tokens) added to `day`, keeping the
+    newest `DAILY_SPEND_DAYS` days."""
+    totals = dict(daily.get(day) or {})
+    for key, value in spend.items():
+        totals[key] = int(totals.get(key, 0)) + value
+    merged = {**daily, day: totals}
+    return {key: merged[key] for key in sorted(merged)[-DAILY_SPEND_DAYS:]}
 
 
 @dataclass
@@ -70,6 +85,14 @@ class TickReport:
     #: The LLM could not answer (down, refusing the key or model, the spend cap): its windows
     #: wait for a later tick.
     outage: str | None = None
+
+    def spend(self) -> dict[str, int]:
+        """The LLM calls of this tick and the tokens of its settled windows."""
+        return {
+            "calls": self.llm_calls,
+            "prompt_tokens": sum(record.spend.prompt_tokens for record in self.records),
+            "completion_tokens": sum(record.spend.completion_tokens for record in self.records),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {

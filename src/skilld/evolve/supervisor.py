@@ -59,7 +59,14 @@ from skilld.evolve.prompt import (
     build_messages,
     session_header,
 )
-from skilld.evolve.report import MAX_REPORTED_SOURCE_ERRORS, Spend, TickReport, WindowRecord
+from skilld.evolve.report import (
+    DAILY_SPEND_KEY,
+    MAX_REPORTED_SOURCE_ERRORS,
+    Spend,
+    TickReport,
+    WindowRecord,
+    add_daily_spend,
+)
 from skilld.evolve.review import ReviewQueue
 from skilld.evolve.window import (
     delimit,
@@ -82,7 +89,7 @@ from skilld.skills.library import (
     WriteFailed,
     Written,
 )
-from skilld.state import Held, KeptProposal, SessionState
+from skilld.state import Held, KeptProposal, SessionState, utc_now_iso
 from skilld.transcripts.model import Message
 from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.signals import SkillSignal, skill_signals
@@ -177,6 +184,10 @@ class Evolver:
             state.set_meta("heartbeat", self.clock())
             state.set_meta("llm_health", self.llm.health())
             state.set_meta(SPEND_KEY, self.llm.spend_record())
+            if report.llm_calls:
+                day = utc_now_iso(report.started_at)[:10]
+                daily = state.get_meta(DAILY_SPEND_KEY, {})
+                state.set_meta(DAILY_SPEND_KEY, add_daily_spend(daily, day, report.spend()))
             if self._prompt_chars:
                 measured = state.get_meta(PROMPT_CHARS_KEY, {})
                 state.set_meta(PROMPT_CHARS_KEY, {**measured, **self._prompt_chars})

@@ -1062,6 +1062,14 @@ class Library:
             versions.sort(key=lambda v: v.saved_at)
         return versions
 
+    def version_bytes(self, name: str, version: str) -> bytes:
+        """The content of the saved version `version` (as `history` names it). Raises
+        NotFound."""
+        chosen = next((v for v in self.history(name) if v.version == version), None)
+        if chosen is None:
+            raise NotFound(f"{name} has no version {version}")
+        return self._version_bytes(chosen, name)
+
     def _saved_versions(self, name: str) -> list[HistoryVersion]:
         """The versions saved on this host, oldest first (bounded by `history_keep`)."""
         versions = []

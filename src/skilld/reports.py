@@ -1,0 +1,420 @@
+"""What skilld reports about its libraries, its daemon and its event log, as plain values.
+
+One function per report: the CLI prints them (as text, or as the `--json` object), the MCP
+server returns them to an agent, and the web panel renders them and serves them under `/api/`.
+Each is a function of an opened `App` (or a `Library`) and returns lists and dicts of plain
+values, so the three faces agree by construction.
+
+`skills list` and `status` are one-shot commands: this module imports nothing at load time
+beyond what they already load, and each report imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from skilld.config import parse_duration
+from skilld.errors import Failure, UsageError
+
+if TYPE_CHECKING:
+    from skilld.app import App
+    from skilld.gitinfo import GitContext
+    from skilld.skills.library import Library
+
+#: The events that make a new version of a skill (its provenance, version by version).
+VERSION_KINDS = ("created", "updated", "rolled_back", "merged")
+
+
+# -- skills ----------------------------------------------------------------------------------
+
+
+def library_rows(library: Library) -> list[dict[str, Any]]:
+    """One row per skill of `library` (live or archived), with its usage and where its
+    current version was learned (`git`, null when unknown)."""
+    from skilld.skills.layout import SKILL_FILE
+    from skilld.skills.usage import latest_activity_at
+
+    usage = library.usage_records()
+    entries: list[tuple[str, str, str, str | None]] = [
+        (e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)
+    ]
+    provenance = library.state.all_provenance(library.name)
+    live = {name for name, *_ in entries}
+    for name, archived in library.archived().items():
+        if name not in live:
+            file = archived / SKILL_FILE if archived.is_dir() else archived
+            owner = "managed" if name in provenance else "human"
+            entries.append((name, owner, str(file), None))
+    archive = str(library.root / ".archive")
+    rows = []
+    for name, owner, path, error in sorted(entries):
+        record = usage.get(name, {})
+        latest = latest_activity_at(record) if record else None
+        rows.append(
+            {
+                "name": name,
+                "library": library.name,
+                "owner": owner,
+                "state": "archived"
+                if path.startswith(archive)
+                else record.get("state") or "active",
+                "pinned": bool(record.get("pinned", False)),
+                "use_count": int(record.get("use_count", 0) or 0),
+                "view_count": int(record.get("view_count", 0) or 0),
+                "patch_count": int(record.get("patch_count", 0) or 0),
+                "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
+                "path": path,
+                "broken": error,
+                "git": _git_json(_stored_git(provenance[name].git) if name in provenance else None),
+            }
+        )
+    return rows
+
+
+def skill_rows(
+    app: App,
+    library: str | None = None,
+    *,
+    repository: str | None = None,
+    branch: str | None = None,
+) -> list[dict[str, Any]]:
+    """`skills list --json`: every skill of `library`, or of every library; with `repository`
+    or `branch`, only those whose current version was learned there."""
+    libraries = [app.select(library)] if library is not None else app.all_libraries()
+    return [
+        row
+        for lib in libraries
+        for row in library_rows(lib)
+        if learned_on(row["git"], repository, branch)
+    ]
+
+
+def learned_on(git: dict[str, Any] | None, repository: str | None, branch: str | None) -> bool:
+    """Whether a skill learned in `git` passes `skills list --repository R --branch B` (each a
+    glob; the repository is compared in its normal form, so any spelling of a remote works)."""
+    from fnmatch import fnmatchcase
+
+    from skilld.gitinfo import normalise_repository
+
+    if repository is not None:
+        repository = normalise_repository(repository) or repository
+    for key, pattern in (("repository", repository), ("branch", branch)):
+        value = git.get(key) if git is not None else None
+        if pattern is not None and (value is None or not fnmatchcase(value, pattern)):
+            return False
+    return True
+
+
+def _stored_git(text: str | None) -> GitContext | None:
+    """A git context as state.db keeps it (JSON), read back as untrusted."""
+    from skilld.gitinfo import from_json
+
+    if not text:
+        return None
+    try:
+        return from_json(json.loads(text))
+    except ValueError:
+        return None
+
+
+def _git_json(git: GitContext | None) -> dict[str, str | None] | None:
+    return git.as_json() if git is not None else None
+
+
+def effect(app: App, library: Library, name: str) -> dict[str, Any]:
+    """What the library knows of a skill's effect: uses, the sessions that used it, and each
+    version with the reason given for it and where it was learned (`git`, null when unknown)."""
+    from skilld.gitinfo import from_json
+    from skilld.skills.usage import latest_activity_at
+
+    record = library.usage_records().get(name) or {}
+    latest = latest_activity_at(record) if record else None
+    sessions = app.state.skill_sessions(library.name, name)
+    versions = [
+        {
+            "event": event.kind,
+            "at": event.ts,
+            "version": event.detail.get("version"),
+            "session": event.session,
+            "reason": event.reason,
+            "git": _git_json(from_json(event.detail.get("git"))),
+        }
+        for event in app.state.events(kinds=VERSION_KINDS, skill=name, library=library.name)
+    ]
+    return {
+        "uses": int(record.get("use_count", 0) or 0),
+        "views": int(record.get("view_count", 0) or 0),
+        "created_at": record.get("created_at"),
+        "last_used_at": record.get("last_used_at"),
+        "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
+        "sessions": [{"session": s, "uses": n, "last_at": at} for s, n, at in sessions],
+        "versions": versions,
+    }
+
+
+def skill_report(app: App, name: str, library: str | None = None) -> dict[str, Any]:
+    """`skills show --json`: the file, its owner and its effect. Raises Failure for a skill
+    that is missing or broken."""
+    chosen = app.select(library, skill=name)
+    entry = chosen.get(name)
+    if entry is None:
+        raise Failure(f"no skill named {name} in library {chosen.name}")
+    if entry.error:
+        raise Failure(f"{entry.name} is broken: {entry.error}")
+    return {
+        "name": entry.name,
+        "library": chosen.name,
+        "owner": entry.owner,
+        "path": str(entry.path),
+        "text": entry.path.read_text(encoding="utf-8"),
+        "effect": effect(app, chosen, entry.name),
+    }
+
+
+def tool_skill_rows(library: Library) -> list[dict[str, Any]]:
+    """The MCP server's `skill_list`: the live skills of one library, with descriptions."""
+    from skilld.skills.usage import report_row
+
+    records = library.usage_records()
+    skills = []
+    for entry in library.discover():
+        row = report_row(entry.name, records.get(entry.name) or {})
+        latest = row["latest_activity_at"]
+        skills.append(
+            {
+                "name": entry.name,
+                "owner": entry.owner,
+                "managed": entry.owner == "managed",
+                "state": row["state"],
+                "pinned": row["pinned"],
+                "description": entry.doc.description if entry.doc else None,
+                "use_count": row["use_count"],
+                "view_count": row["view_count"],
+                "patch_count": row["patch_count"],
+                "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
+                "path": str(entry.path),
+                "broken": entry.error,
+            }
+        )
+    return skills
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def library_status(app: App) -> list[dict[str, Any]]:
+    """Each library's managed skills against its cap, and the proposals kept for it."""
+    kept = app.state.proposal_counts()
+    rows = []
+    for library in app.all_libraries():
+        waiting = kept.get(library.name, {})
+        rows.append(
+            {
+                "name": library.name,
+                "dir": str(library.root),
+                "dialect": library.dialect,
+                "managed": len(library.managed_names()),
+                "max_managed": library.max_managed,
+                "proposals_at_cap": waiting.get("cap", 0),
+                "proposals_failed": waiting.get("failed", 0),
+                "proposals_waiting": sum(waiting.values()),
+            }
+        )
+    return rows
+
+
+def status_report(app: App) -> dict[str, Any]:
+    """`status --json`: the daemon's last tick and heartbeat, the backlog, the libraries, team
+    sync, the LLM's health and the recent errors."""
+    from skilld.evolve.backlog import backlog
+    from skilld.evolve.review import ReviewQueue
+    from skilld.team import sync_status
+
+    state = app.state
+    now = time.time()
+    heartbeat = state.get_meta("heartbeat")
+    daemon = state.get_meta("daemon") or {}
+    interval = daemon.get("interval", app.config.evolve.interval_seconds)
+    stats = state.session_stats()
+    libraries = library_status(app)
+    return {
+        "last_tick": state.get_meta("last_tick"),
+        "heartbeat_age_seconds": round(now - heartbeat, 1) if heartbeat else None,
+        "interval_seconds": interval,
+        "daemon_pid": daemon.get("pid"),
+        "sessions_tracked": stats["tracked"],
+        "windows_deferred": stats["deferred"],
+        "backlog": backlog(app),
+        "libraries": libraries,
+        "skills_managed": sum(row["managed"] for row in libraries),
+        "max_managed": sum(row["max_managed"] for row in libraries),
+        "proposals_waiting": sum(row["proposals_waiting"] for row in libraries),
+        "pending_review": len(ReviewQueue(app.config.state.dir / "pending").staged()),
+        "sync": sync_status(app),
+        "llm": state.get_meta("llm_health"),
+        "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
+        "source_errors": state.get_meta("source_errors", []),
+        "source_errors_total": state.get_meta("source_errors_total", 0),
+        "recent_errors": [
+            e.as_dict() for e in state.events(kinds=("error", "usage_corrupt"), limit=3)
+        ],
+    }
+
+
+def daemon_stale(report: dict[str, Any]) -> bool:
+    """Whether `report` shows no live `skilld run`: no heartbeat within three intervals, or its
+    process gone (`skilld once` beats the heart too)."""
+    from skilld.state import process_alive
+
+    age = report["heartbeat_age_seconds"]
+    return (
+        age is None
+        or age > 3 * report["interval_seconds"]
+        or not process_alive(report["daemon_pid"])
+    )
+
+
+def llm_daily(app: App) -> list[dict[str, Any]]:
+    """LLM calls and tokens per UTC day for the last 30 days, oldest first (0 where none)."""
+    from datetime import UTC, datetime, timedelta
+
+    from skilld.evolve.report import DAILY_SPEND_DAYS, DAILY_SPEND_KEY
+
+    recorded = app.state.get_meta(DAILY_SPEND_KEY, {})
+    today = datetime.now(UTC).date()
+    days = [(today - timedelta(days=n)).isoformat() for n in range(DAILY_SPEND_DAYS - 1, -1, -1)]
+    return [
+        {
+            "day": day,
+            "calls": int((recorded.get(day) or {}).get("calls", 0)),
+            "prompt_tokens": int((recorded.get(day) or {}).get("prompt_tokens", 0)),
+            "completion_tokens": int((recorded.get(day) or {}).get("completion_tokens", 0)),
+        }
+        for day in days
+    ]
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def since_timestamp(since: str | None) -> str | None:
+    """The ISO time `since` (e.g. "30m", "7d") before now. Raises UsageError naming it."""
+    from skilld.state import utc_now_iso
+
+    if not since:
+        return None
+    try:
+        return utc_now_iso(time.time() - parse_duration(since))
+    except ValueError as exc:
+        raise UsageError(f"--since: {exc}") from None
+
+
+def event_rows(
+    app: App,
+    *,
+    kinds: tuple[str, ...] = (),
+    skill: str | None = None,
+    library: str | None = None,
+    since: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """`events --json`, oldest first: the events matching the filters (`since` as
+    `since_timestamp` reads it), the newest `limit` of them."""
+    events = app.state.events(
+        kinds=kinds, skill=skill, library=library, since=since_timestamp(since), limit=limit
+    )
+    return [event.as_dict() for event in events]
+
+
+# -- review ----------------------------------------------------------------------------------
+
+
+def review_items(app: App) -> list[dict[str, Any]]:
+    """`review list --json`: every staged proposal, by library then name."""
+    from skilld.evolve.review import ReviewQueue
+
+    queue = ReviewQueue(app.config.state.dir / "pending")
+    return [item._asdict() for _, item in queue.staged()]
+
+
+def event_page(
+    app: App,
+    *,
+    kinds: tuple[str, ...] = (),
+    skill: str | None = None,
+    library: str | None = None,
+    since: str | None = None,
+    before: int | None = None,
+    size: int = 50,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the event log, newest first: the `size` events before the event `before`
+    (else the newest), and the id to pass as `before` for the next page (None: no older
+    events). One indexed query with a LIMIT, however long the log is."""
+    events = app.state.events(
+        kinds=kinds,
+        skill=skill,
+        library=library,
+        since=since_timestamp(since),
+        limit=size + 1,
+        before_id=before,
+    )
+    newest_first = [event.as_dict() for event in reversed(events)]
+    older = newest_first[size - 1]["id"] if len(newest_first) > size else None
+    return newest_first[:size], older
+
+
+# -- curator ---------------------------------------------------------------------------------
+
+#: The events of the curator's moves, and of a restore (which undoes one).
+CURATOR_KINDS = ("stale", "reactivated", "archived", "merged", "restored")
+
+
+def curator_report(app: App, *, runs: int = 10) -> dict[str, Any]:
+    """The curator's last runs and what each moved, what its next pass will move and when,
+    and every archived skill (each restorable)."""
+    from datetime import timedelta
+
+    from skilld.curator.passes import read_last_run, run_lifecycle
+    from skilld.curator.schedule import utc_now
+
+    curator = app.config.curator
+    last_run = read_last_run(app)
+    now = utc_now()
+    next_run = last_run + timedelta(hours=curator.interval_hours) if last_run else None
+    at = max(next_run, now) if next_run else now
+    moved: dict[str, list[dict[str, Any]]] = {}
+    for event in reversed(app.state.events(kinds=CURATOR_KINDS, limit=500)):
+        if event.source == "curator" and (event.ts in moved or len(moved) < runs):
+            moved.setdefault(event.ts, []).append(event.as_dict())
+    upcoming = []
+    archived = []
+    for library in app.all_libraries():
+        plan = run_lifecycle(app, library, now=at, dry_run=True)
+        upcoming += [
+            {
+                "library": library.name,
+                "name": t.name,
+                "kind": t.kind,
+                "from": t.from_state,
+                "to": t.to_state,
+                "reason": t.reason,
+            }
+            for t in plan.transitions
+        ]
+        archived += [
+            {"library": library.name, "name": name, "path": str(path)}
+            for name, path in sorted(library.archived().items())
+        ]
+    return {
+        "enabled": curator.enabled,
+        "interval_hours": curator.interval_hours,
+        "stale_after_days": curator.stale_after_days,
+        "archive_after_days": curator.archive_after_days,
+        "last_run": last_run.isoformat(timespec="seconds") if last_run else None,
+        "next_run": next_run.isoformat(timespec="seconds") if next_run else None,
+        "runs": [{"at": ts, "moves": moves} for ts, moves in moved.items()],
+        "upcoming": upcoming,
+        "archived": archived,
+    }

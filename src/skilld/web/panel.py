@@ -1,0 +1,577 @@
+"""The panel's routes: pages rendered from `skilld.reports`, actions through the functions the
+CLI calls, and `/api/` answering exactly what the matching `--json` command prints.
+
+Each request opens the state and the libraries afresh (as the MCP server does), so the panel
+shows what the daemon and the CLI changed in the meantime, and never holds a library's lock
+between requests.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+from jinja2 import Environment, PackageLoader
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from skilld import actions, reports
+from skilld.app import App, open_app
+from skilld.config import Config
+from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
+from skilld.skills.library import Origin
+from skilld.web.render import (
+    bar_chart,
+    markdown,
+    split_frontmatter,
+    unified_diff,
+)
+from skilld.web.security import (
+    CSRF_FIELD,
+    SESSION_COOKIE,
+    Access,
+    Guard,
+    secret_matches,
+    session_value,
+)
+
+#: Changes made through the panel are attributed to "panel" in the event log.
+PANEL = Origin(source="panel")
+PAGE_SIZE = 50
+#: The live events view asks the log for new events this often (never more often).
+LIVE_POLL_SECONDS = 1.0
+SKILL_ACTIONS = ("pin", "unpin", "archive", "restore", "rollback", "delete")
+REVIEW_ACTIONS = ("approve", "reject")
+#: The skills table's sorts: the row's field, and whether the largest comes first.
+SORTS: dict[str, tuple[str, bool]] = {
+    "name": ("name", False),
+    "uses": ("use_count", True),
+    "last-use": ("last_activity_at", True),
+    "age": ("created_at", False),  # the oldest first
+}
+
+
+class JSON(Response):
+    """What `print_json_line` prints, as a response body."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, default=str).encode("utf-8")
+
+
+class Panel:
+    def __init__(self, config: Config, access: Access) -> None:
+        self.config = config
+        self.access = access
+        self.templates = Environment(
+            loader=PackageLoader("skilld.web", "templates"), autoescape=True
+        )
+        self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD)
+        #: name search over descriptions: (path, mtime, size) -> description.
+        self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @contextmanager
+    def app(self) -> Iterator[App]:
+        with open_app(self.config) as app:
+            yield app
+
+    def page(self, template: str, code: int = 200, **values: Any) -> HTMLResponse:
+        html = self.templates.get_template(template).render(**values)
+        return HTMLResponse(html, status_code=code)
+
+    async def read(self, function: Callable[[App], Any]) -> Any:
+        def run() -> Any:
+            with self.app() as app:
+                return function(app)
+
+        return await run_in_threadpool(run)
+
+    async def form(self, request: Request) -> FormData:
+        form = await request.form()
+        if not secret_matches(_text(form.get(CSRF_FIELD)), self.access.secret):
+            raise _Refusal(403, "refused: the form did not carry the panel's secret")
+        return form
+
+    def refusal(self, status: int, message: str) -> HTMLResponse:
+        return self.page(
+            "outcome.html", status, title="Refused", heading="Refused", message=message
+        )
+
+    # -- pages -------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        def build(app: App) -> dict[str, Any]:
+            status = reports.status_report(app)
+            counts: dict[str, dict[str, int]] = {}
+            for row in reports.skill_rows(app):
+                count = counts.setdefault(row["library"], {})
+                for key in (row["owner"], row["state"], "pinned" if row["pinned"] else ""):
+                    if key:
+                        count[key] = count.get(key, 0) + 1
+            daily = reports.llm_daily(app)
+            return {
+                "status": status,
+                "counts": counts,
+                "stale": reports.daemon_stale(status),
+                "daily": daily,
+                "calls_chart": bar_chart(
+                    [(d["day"], d["calls"]) for d in daily], title="LLM calls per day"
+                ),
+                "tokens_chart": bar_chart(
+                    [(d["day"], d["prompt_tokens"] + d["completion_tokens"]) for d in daily],
+                    title="LLM tokens per day",
+                ),
+                "kept": app.state.kept_proposals(),
+            }
+
+        return self.page("overview.html", title="Overview", **await self.read(build))
+
+    async def skills(self, request: Request) -> Response:
+        query = request.query_params
+        library, owner, state = (query.get(k) or None for k in ("library", "owner", "state"))
+        search = (query.get("q") or "").strip().lower()
+        sort = query.get("sort") or "name"
+        page = _int(query.get("page"), 1)
+
+        def build(app: App) -> dict[str, Any]:
+            libraries = [lib.name for lib in app.all_libraries()]
+            rows = reports.skill_rows(app, library if library in libraries else None)
+            rows = [
+                row
+                for row in rows
+                if (owner is None or row["owner"] == owner)
+                and (
+                    state is None or row["state"] == state or (state == "pinned" and row["pinned"])
+                )
+                and (not search or search in row["name"] or search in self.description(row))
+            ]
+            if sort == "age":
+                created = {
+                    (lib.name, name): record.get("created_at")
+                    for lib in app.all_libraries()
+                    for name, record in lib.usage_records().items()
+                }
+                rows = [
+                    {**row, "created_at": created.get((row["library"], row["name"]))}
+                    for row in rows
+                ]
+            rows = sort_rows(rows, sort)
+            pages = max(1, -(-len(rows) // PAGE_SIZE))
+            shown = rows[(min(page, pages) - 1) * PAGE_SIZE :][:PAGE_SIZE]
+            return {"rows": shown, "total": len(rows), "pages": pages, "libraries": libraries}
+
+        values = await self.read(build)
+        filters = {"library": library, "owner": owner, "state": state, "q": search, "sort": sort}
+        return self.page("skills.html", title="Skills", page=page, filters=filters, **values)
+
+    def description(self, row: dict[str, Any]) -> str:
+        """A skill's description, lowercased, for the search; read once per file version."""
+        from skilld.skills.document import parse_skill
+
+        path = row["path"]
+        try:
+            stat = Path(path).stat()
+        except OSError:
+            return ""
+        mark = (stat.st_mtime, stat.st_size)
+        cached = self._descriptions.get(path)
+        if cached is not None and cached[0] == mark:
+            return cached[1]
+        try:
+            text = parse_skill(Path(path).read_bytes()).description.lower()
+        except (OSError, ValueError):
+            text = ""
+        self._descriptions[path] = (mark, text)
+        return text
+
+    async def skill(self, request: Request) -> Response:
+        library_name, name = request.path_params["library"], request.path_params["name"]
+        before, after = request.query_params.get("a"), request.query_params.get("b")
+
+        def build(app: App) -> dict[str, Any] | None:
+            library = app.select(library_name)
+            entry = library.get(name)
+            archived = library.archived().get(name)
+            if entry is None and archived is None:
+                return None
+            versions = library.history(name)
+            if entry is None:
+                assert archived is not None
+                file = archived / "SKILL.md" if archived.is_dir() else archived
+                report = {"name": name, "library": library.name, "owner": "archived"}
+                text = file.read_text(encoding="utf-8", errors="replace")
+                effect = reports.effect(app, library, name)
+            else:
+                if entry.error:
+                    raise LibraryError(f"{entry.name} is broken: {entry.error}")
+                report = reports.skill_report(app, name, library.name)
+                text, effect = report["text"], report["effect"]
+
+            def version_text(version: str | None) -> str | None:
+                if version in (None, "", "current"):
+                    return text
+                if all(v.version != version for v in versions):
+                    return None
+                return library.version_bytes(name, version).decode("utf-8", errors="replace")
+
+            diff = None
+            if before is not None or after is not None:
+                old, new = version_text(before), version_text(after)
+                if old is not None and new is not None:
+                    diff = unified_diff(
+                        old, new, before_name=before or "current", after_name=after or "current"
+                    )
+            frontmatter, body = split_frontmatter(text)
+            record = library.usage.get(name) or {}
+            return {
+                "report": report,
+                "pinned": record.get("pinned") is True,
+                "frontmatter": frontmatter,
+                "body": markdown(body),
+                "effect": effect,
+                "provenance": app.state.provenance(library.name, name),
+                "versions": versions,
+                "diff": diff,
+                "chart": bar_chart(_uses_by_day(effect["sessions"]), title="Uses by day"),
+                "archived": entry is None,
+            }
+
+        try:
+            values = await self.read(build)
+        except SkilldError as exc:
+            return self.refusal(_refusal_status(exc), str(exc))
+        if values is None:
+            return self.refusal(404, f"no skill named {name} in library {library_name}")
+        return self.page(
+            "skill.html", title=f"Skill {name}", a=before or "", b=after or "", **values
+        )
+
+    async def review(self, request: Request) -> Response:
+        def build(app: App) -> list[dict[str, Any]]:
+            from skilld.skills.document import render_skill
+
+            items = []
+            for item in reports.review_items(app):
+                target = actions.staged_library(app, item["library"], item["project_root"])
+                proposal = render_skill(
+                    actions.staged_proposal(app, item["name"], item["library"])[1].doc(),
+                    target.dialect,
+                )
+                entry = target.get(item["name"])
+                current = entry.path.read_text(encoding="utf-8") if entry else None
+                diff = (
+                    unified_diff(current, proposal, before_name="current", after_name="proposal")
+                    if current is not None
+                    else None
+                )
+                items.append({**item, "target": target.name, "proposal": proposal, "diff": diff})
+            return items
+
+        return self.page("review.html", title="Review", items=await self.read(build))
+
+    async def events(self, request: Request) -> Response:
+        query = request.query_params
+        filters = _event_filters(request)
+        before = _int(query.get("before"), 0) or None
+        try:
+            events, older = await self.read(
+                lambda app: reports.event_page(app, **filters, before=before, size=PAGE_SIZE)
+            )
+        except UsageError as exc:
+            return self.refusal(400, str(exc))
+        shown = {
+            "kind": ",".join(filters["kinds"]),
+            "library": filters["library"] or "",
+            "skill": filters["skill"] or "",
+            "since": filters["since"] or "",
+        }
+        newest = events[0]["id"] if events else 0
+        return self.page(
+            "events.html",
+            title="Events",
+            events=events,
+            older=older,
+            filters=shown,
+            live=f"/events/live?after={newest}&{request.url.query}",
+        )
+
+    async def live(self, request: Request) -> Response:
+        """New events as Server-Sent Events, read from the log once a second."""
+        filters = _event_filters(request)
+        after = _int(request.query_params.get("after"), 0)
+
+        def newer(app: App, after_id: int) -> list[Any]:
+            return app.state.events(
+                kinds=filters["kinds"],
+                skill=filters["skill"],
+                library=filters["library"],
+                after_id=after_id,
+                limit=PAGE_SIZE,
+            )
+
+        async def stream() -> AsyncIterator[str]:
+            last = after
+            while True:
+                found = await self.read(functools.partial(newer, after_id=last))
+                for event in found:
+                    last = max(last, event.id)
+                    yield f"id: {event.id}\ndata: {json.dumps(event.as_dict(), default=str)}\n\n"
+                if not found:
+                    yield ": waiting\n\n"
+                await anyio.sleep(LIVE_POLL_SECONDS)
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={"cache-control": "no-store"}
+        )
+
+    async def curator(self, request: Request) -> Response:
+        return self.page(
+            "curator.html", title="Curator", report=await self.read(reports.curator_report)
+        )
+
+    # -- login -------------------------------------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return self.page("login.html", title="Log in")
+        form = await self.form(request)
+        token = self.access.token
+        given = _text(form.get("token")) or ""
+        if token is None or not secret_matches(given, token):
+            return self.page("login.html", 401, title="Log in", failed=True)
+        response = RedirectResponse("/", 303)
+        response.set_cookie(
+            SESSION_COOKIE, session_value(token), httponly=True, samesite="strict", path="/"
+        )
+        return response
+
+    # -- actions -----------------------------------------------------------------------------
+
+    async def act(self, request: Request) -> Response:
+        verb = request.path_params["verb"]
+        form = await self.form(request)
+        library, name = _text(form.get("library")) or None, _text(form.get("name")) or ""
+        version = _text(form.get("version")) or None
+        if verb not in SKILL_ACTIONS + REVIEW_ACTIONS or not name:
+            return self.refusal(400, f"unknown action {verb!r}, or no skill named")
+
+        def perform(app: App) -> tuple[str, str | None]:
+            if verb in REVIEW_ACTIONS:
+                if verb == "approve":
+                    result = actions.approve(app, name, PANEL, library)
+                    message = f"{result.kind} {result.name} {result.path}"
+                else:
+                    actions.reject(app, name, PANEL, library)
+                    message = f"rejected {name}"
+                return message, library
+            chosen = app.select(library, skill=name)
+            if verb in ("pin", "unpin"):
+                chosen.set_pinned(name, verb == "pin", PANEL)
+                message = f"{verb}ned {name}"
+            elif verb == "archive":
+                target = chosen.archive(name, PANEL, reason="by hand")
+                message = f"archived {name} {target}"
+            elif verb == "restore":
+                message = f"restored {name} {chosen.restore(name, PANEL)}"
+            elif verb == "rollback":
+                result = chosen.rollback(name, PANEL, version=version)
+                message = f"rolled back {result.name} {result.path}"
+            else:
+                deleted = chosen.delete(name, PANEL)
+                message = f"deleted {name} {deleted.path}"
+                if deleted.kept:
+                    message += f" (kept {', '.join(deleted.kept)}: not written by skilld)"
+            return message, chosen.name
+
+        def record(app: App, outcome: str, message: str, where: str | None) -> None:
+            app.state.add_event(
+                "web",
+                library=where,
+                skill=name,
+                source=PANEL.source,
+                reason=verb,
+                detail={"action": verb, "outcome": outcome, "message": message},
+            )
+
+        def run(app: App) -> tuple[int, str, str | None]:
+            try:
+                message, where = perform(app)
+            except SkilldError as exc:
+                status = (
+                    404
+                    if isinstance(exc, NotFound)
+                    else 400
+                    if isinstance(exc, UsageError)
+                    else 409
+                )
+                record(app, "refused", str(exc), library)
+                return status, str(exc), library
+            record(app, "done", message, where)
+            return 200, message, where
+
+        status, message, where = await self.read(run)
+        back = (
+            "/review"
+            if verb in REVIEW_ACTIONS
+            else (f"/skills/{where}/{name}" if where and verb != "delete" else "/skills")
+        )
+        if status != 200:
+            return self.page(
+                "outcome.html", status, title="Refused", heading=f"{verb.capitalize()} refused",
+                message=message, back=back, protected=status == 409,
+            )  # fmt: skip
+        return self.page(
+            "outcome.html", title="Done", heading=f"{verb.capitalize()}: done",
+            message=message, back=back,
+        )  # fmt: skip
+
+    # -- the JSON API ------------------------------------------------------------------------
+
+    async def api_status(self, request: Request) -> Response:
+        return JSON(await self.read(reports.status_report))
+
+    async def api_skills(self, request: Request) -> Response:
+        library = request.query_params.get("library")
+        try:
+            return JSON(await self.read(lambda app: reports.skill_rows(app, library)))
+        except UsageError as exc:
+            return JSON({"error": str(exc)}, 400)
+
+    async def api_skill(self, request: Request) -> Response:
+        library, name = request.path_params["library"], request.path_params["name"]
+        try:
+            return JSON(await self.read(lambda app: reports.skill_report(app, name, library)))
+        except SkilldError as exc:
+            return JSON({"error": str(exc)}, 404)
+
+    async def api_events(self, request: Request) -> Response:
+        filters = _event_filters(request)
+        limit = request.query_params.get("limit")
+        try:
+            return JSON(
+                await self.read(
+                    lambda app: reports.event_rows(
+                        app, **filters, limit=_int(limit, 0) if limit else None
+                    )
+                )
+            )
+        except UsageError as exc:
+            return JSON({"error": str(exc)}, 400)
+
+    async def api_review(self, request: Request) -> Response:
+        return JSON(await self.read(reports.review_items))
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _refusal_status(exc: SkilldError) -> int:
+    """404 for what is not there, 400 for a bad request, 409 for what the rules refuse."""
+    if isinstance(exc, NotFound):
+        return 404
+    return 400 if isinstance(exc, UsageError) else 409
+
+
+def sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
+    """`rows` by `sort` (a `SORTS` key), rows without a value last, then by name."""
+    key, descending = SORTS.get(sort, SORTS["name"])
+    by_name = sorted(rows, key=lambda row: (row["name"], row["library"]))
+    present = [row for row in by_name if row.get(key) is not None]
+    present.sort(key=lambda row: row[key], reverse=descending)
+    return present + [row for row in by_name if row.get(key) is None]
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return max(0, int(value)) if value else default
+    except ValueError:
+        return default
+
+
+def _event_filters(request: Request) -> dict[str, Any]:
+    query = request.query_params
+    kinds = tuple(
+        kind.strip() for value in query.getlist("kind") for kind in value.split(",") if kind.strip()
+    )
+    return {
+        "kinds": kinds,
+        "library": query.get("library") or None,
+        "skill": query.get("skill") or None,
+        "since": query.get("since") or None,
+    }
+
+
+def _uses_by_day(sessions: list[dict[str, Any]], days: int = 30) -> list[tuple[str, float]]:
+    """Uses over the last `days` days, each session's uses counted on the day of its last use
+    (what the log of uses keeps)."""
+    today = datetime.now(UTC).date()
+    counts = {(today - timedelta(days=n)).isoformat(): 0.0 for n in range(days - 1, -1, -1)}
+    for session in sessions:
+        day = str(session["last_at"] or "")[:10]
+        if day in counts:
+            counts[day] += session["uses"]
+    return list(counts.items())
+
+
+def build_app(config: Config, access: Access) -> Starlette:
+    panel = Panel(config, access)
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, _Refusal)
+        return panel.refusal(exc.status, str(exc))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return panel.refusal(404, "no such page")
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return panel.refusal(405, "refused: an action is a POST from the panel's own button")
+
+    static = Path(__file__).parent / "static"
+    routes = [
+        Route("/", panel.overview),
+        Route("/skills", panel.skills),
+        Route("/skills/{library:path}/{name}", panel.skill),
+        Route("/review", panel.review),
+        Route("/events", panel.events),
+        Route("/events/live", panel.live),
+        Route("/curator", panel.curator),
+        Route("/login", panel.login, methods=["GET", "POST"]),
+        Route("/act/{verb}", panel.act, methods=["POST"]),
+        Route("/api/status", panel.api_status),
+        Route("/api/skills", panel.api_skills),
+        Route("/api/skills/{library:path}/{name}", panel.api_skill),
+        Route("/api/events", panel.api_events),
+        Route("/api/review", panel.api_review),
+        Mount("/static", StaticFiles(directory=static), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={_Refusal: refused, 404: not_found, 405: not_allowed},
+    )
+    return app
+
+
+def guarded_app(config: Config, access: Access) -> Guard:
+    """The panel behind its guard: what the server serves."""
+    return Guard(build_app(config, access), access)

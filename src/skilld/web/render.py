@@ -1,0 +1,120 @@
+"""Hostile text made safe to show: Markdown without HTML, diffs, and SVG charts.
+
+A skill's body, description and reason were written by a model that read untrusted
+transcripts. Markdown is rendered by markdown-it-py with raw HTML off; a link keeps its target
+only when it is http(s) or relative, and an image becomes a link (the page loads nothing from
+anywhere). Everything else reaches the page through Jinja2's autoescape.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from markdown_it import MarkdownIt
+from markupsafe import Markup, escape
+
+_SCHEME = re.compile(r"^\s*([a-zA-Z][a-zA-Z0-9+.\-]*):")
+
+
+def safe_link(url: str) -> bool:
+    """http(s) and relative targets only: no `javascript:`, `data:`, `file:` or others."""
+    match = _SCHEME.match(url)
+    if match is None:
+        return not url.strip().startswith("//")  # a protocol-relative link names a host
+    return match.group(1).lower() in ("http", "https")
+
+
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.validateLink = safe_link  # type: ignore[method-assign]
+
+    def image_as_link(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        token = tokens[idx]
+        src = token.attrGet("src") or ""
+        alt = "".join(child.content for child in token.children or ())
+        label = escape(f"image: {alt or src}")
+        return f'<a href="{escape(src)}" rel="noopener noreferrer">{label}</a>'
+
+    md.add_render_rule("image", image_as_link)
+    return md
+
+
+_MD = _markdown()
+
+
+def markdown(text: str) -> Markup:
+    """`text` as HTML that holds no markup of its own: Markdown structure only."""
+    return Markup(_MD.render(text))
+
+
+def split_frontmatter(text: str) -> tuple[str, str]:
+    """(the frontmatter's YAML, the body) of a skill file; ("", text) without frontmatter."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if not lines or lines[0].strip() != "---":
+        return "", text
+    for index, line in enumerate(lines[1:], start=1):
+        if line.strip() == "---":
+            return "\n".join(lines[1:index]), "\n".join(lines[index + 1 :])
+    return "", text
+
+
+class DiffLine(NamedTuple):
+    kind: str  # "add", "del", "hunk", "same", "file"
+    text: str
+
+
+def unified_diff(before: str, after: str, *, before_name: str, after_name: str) -> list[DiffLine]:
+    lines = []
+    for line in difflib.unified_diff(
+        before.splitlines(), after.splitlines(), before_name, after_name, lineterm=""
+    ):
+        if line.startswith(("---", "+++")):
+            kind = "file"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "same"
+        lines.append(DiffLine(kind, line))
+    return lines
+
+
+def bar_chart(
+    bars: Sequence[tuple[str, float]], *, title: str, width: int = 600, height: int = 120
+) -> Markup:
+    """A bar chart as inline SVG (presentation attributes only: the CSP allows no inline
+    style). Labels are escaped; each bar's value is in its tooltip."""
+    if not bars:
+        return Markup("")
+    top = max(value for _, value in bars) or 1
+    gap = 2
+    bar_width = max(1.0, (width - gap * len(bars)) / len(bars))
+    plot = height - 18
+    parts = [
+        f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}"'
+        f' height="{height}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+    ]
+    for index, (label, value) in enumerate(bars):
+        bar_height = max(0.0, plot * value / top)
+        x = index * (bar_width + gap)
+        parts.append(
+            f'<rect class="bar" x="{x:.1f}" y="{plot - bar_height:.1f}" width="{bar_width:.1f}"'
+            f' height="{bar_height:.1f}"><title>{escape(label)}: {value:g}</title></rect>'
+        )
+    first, last = bars[0][0], bars[-1][0]
+    parts.append(f'<text class="axis" x="0" y="{height - 4}">{escape(first)}</text>')
+    parts.append(
+        f'<text class="axis" x="{width}" y="{height - 4}" text-anchor="end">{escape(last)}</text>'
+    )
+    parts.append(
+        f'<text class="axis" x="{width}" y="10" text-anchor="end">max {escape(f"{top:g}")}</text>'
+    )
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -1,0 +1,490 @@
+"""The panel (`skilld web`): its pages, its actions through the CLI's functions, its refusals,
+and its JSON API equal to what the `--json` commands print."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from skilld.config import load_config
+from skilld.evolve.review import ReviewQueue
+from skilld.skills.document import SkillDoc
+from skilld.skills.library import Origin
+from skilld.state import StateDB
+from skilld.web.panel import guarded_app
+from skilld.web.render import markdown, safe_link
+from skilld.web.security import SESSION_COOKIE, Access, allowed_hosts, session_value
+from tests.conftest import Workspace
+
+ORIGIN = "http://127.0.0.1:8741"
+SECRET = "s3cret-of-this-process"
+TOKEN = "t0ken-for-the-panel"
+HOSTILE = '<script>alert("x")</script> <img src=x onerror=alert(1)> <svg onload=alert(2)>'
+
+
+def client_for(workspace: Workspace, token: str | None = None) -> TestClient:
+    config = load_config(workspace.config_path, environ={})
+    hosts = allowed_hosts(["127.0.0.1", "localhost", "::1"], 8741)
+    return TestClient(guarded_app(config, Access(hosts, token, SECRET)), base_url=ORIGIN)
+
+
+def write_skill(workspace: Workspace, name: str, description: str, content: str) -> None:
+    result = workspace.cli(
+        "skills", "write", name, "--description", description, "--content", content
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def post(client: TestClient, verb: str, **fields: str) -> httpx.Response:
+    return client.post(f"/act/{verb}", data={"csrf": SECRET, **fields}, headers={"origin": ORIGIN})
+
+
+def cli_json(workspace: Workspace, *args: str) -> Any:
+    result = workspace.cli(*args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def usage(workspace: Workspace) -> dict[str, Any]:
+    return json.loads((workspace.skills / ".usage.json").read_text())
+
+
+@pytest.fixture
+def panel(workspace: Workspace) -> Iterator[TestClient]:
+    workspace.write_config()
+    write_skill(workspace, "deploy", "Deploy the service.", "1. Build.\n2. Ship.\n")
+    write_skill(workspace, "deploy", "Deploy the service.", "1. Build.\n2. Test.\n3. Ship.\n")
+    write_skill(workspace, "triage", "Triage a failing build.", "Read the log first.\n")
+    with client_for(workspace) as client:
+        yield client
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "heading"),
+    [
+        ("/", "Overview"),
+        ("/skills", "Skills"),
+        ("/skills/default/deploy", "deploy"),
+        ("/review", "Review"),
+        ("/events", "Events"),
+        ("/curator", "Curator"),
+    ],
+)
+def test_each_page_has_a_title_a_heading_and_the_security_headers(
+    panel: TestClient, path: str, heading: str
+) -> None:
+    response = panel.get(path)
+    assert response.status_code == 200
+    assert f"<h1>{heading}</h1>" in response.text
+    assert "<title>" in response.text and "<script>" not in response.text
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "default-src 'none'" in csp
+    assert "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "no-referrer"
+    assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_the_skill_page_shows_body_effect_versions_and_a_diff(panel: TestClient) -> None:
+    page = panel.get("/skills/default/deploy").text
+    assert "<li>Test.</li>" in page
+    for button in ("Pin", "Archive", "Delete", "Roll back"):
+        assert f'<button type="submit">{button}</button>' in page
+    version = page.split('<option value="', 1)[1].split('"', 1)[0]
+    diff = panel.get(f"/skills/default/deploy?a={version}&b=current").text
+    assert '<span class="add">+2. Test.</span>' in diff
+    assert '<span class="del">-2. Ship.</span>' in diff
+
+
+def test_the_skills_table_filters_searches_sorts_and_pages(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    assert "triage" in panel.get("/skills?q=failing").text  # by description
+    assert "deploy</a>" not in panel.get("/skills?q=failing").text
+    assert workspace.cli("usage", "use", "triage").returncode == 0
+    by_uses = panel.get("/skills?sort=uses").text
+    assert by_uses.index(">triage</a>") < by_uses.index(">deploy</a>")
+    assert "No skill matches." in panel.get("/skills?owner=human").text
+    many = workspace.skills
+    for n in range(60):
+        (many / f"extra-{n:02d}").mkdir()
+        (many / f"extra-{n:02d}" / "SKILL.md").write_text(
+            f"---\nname: extra-{n:02d}\ndescription: Extra.\n---\nBody.\n"
+        )
+    first, second = panel.get("/skills?owner=human").text, panel.get("/skills?owner=human&page=2")
+    assert "62" not in first and "60 skills, page 1 of 2" in first
+    assert ">extra-59</a>" in second.text and ">extra-00</a>" not in second.text
+
+
+def test_the_events_page_is_newest_first_and_pages_back(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    with StateDB(workspace.state / "state.db") as state:
+        ids = [state.add_event("warning", reason=f"note {n}") for n in range(60)]
+    page = panel.get("/events?kind=warning").text
+    assert page.index("note 59") < page.index("note 58")
+    assert "note 9<" not in page
+    older = panel.get(f"/events?kind=warning&before={ids[10]}").text
+    assert "note 9<" in older and "note 10<" not in older
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+def test_pin_through_the_panel_is_the_cli_s_pin_and_a_web_event(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    response = post(panel, "pin", library="default", name="deploy")
+    assert response.status_code == 200, response.text
+    assert "pinned deploy" in response.text
+    rows = {row["name"]: row for row in cli_json(workspace, "skills", "list", "--json")}
+    assert rows["deploy"]["pinned"] is True
+    (web,) = workspace.events("web")
+    assert (web["source"], web["skill"], web["reason"]) == ("panel", "deploy", "pin")
+    assert workspace.events("pinned")[-1]["source"] == "panel"
+    assert post(panel, "unpin", library="default", name="deploy").status_code == 200
+    assert usage(workspace)["deploy"]["pinned"] is False
+
+
+def test_archive_restore_rollback_and_delete(panel: TestClient, workspace: Workspace) -> None:
+    assert post(panel, "archive", library="default", name="triage").status_code == 200
+    assert not (workspace.skills / "triage").exists()
+    assert "Restore" in panel.get("/curator").text
+    assert post(panel, "restore", library="default", name="triage").status_code == 200
+    assert (workspace.skills / "triage" / "SKILL.md").exists()
+    history = cli_json(workspace, "skills", "history", "deploy", "--json")
+    first = history[0]["version"]
+    response = post(panel, "rollback", library="default", name="deploy", version=first)
+    assert response.status_code == 200, response.text
+    assert "2. Test." not in (workspace.skills / "deploy" / "SKILL.md").read_text()
+    assert post(panel, "delete", library="default", name="deploy").status_code == 200
+    assert not (workspace.skills / "deploy").exists()
+    kinds = [e["reason"] for e in workspace.events("web")]
+    assert kinds == ["archive", "restore", "rollback", "delete"]
+
+
+def test_a_refusal_says_why_and_changes_nothing(panel: TestClient, workspace: Workspace) -> None:
+    person = workspace.skills / "mine"
+    person.mkdir()
+    (person / "SKILL.md").write_text("---\nname: mine\ndescription: Mine.\n---\nKeep out.\n")
+    response = post(panel, "delete", library="default", name="mine")
+    assert response.status_code == 409
+    assert "Delete refused" in response.text and "human" in response.text
+    assert (person / "SKILL.md").exists()
+    missing = post(panel, "pin", library="default", name="nothing-here")
+    assert missing.status_code == 404 and "no skill named nothing-here" in missing.text
+    assert [e["detail"]["outcome"] for e in workspace.events("web")] == ["refused", "refused"]
+
+
+def stage(workspace: Workspace, name: str, content: str) -> Path:
+    queue = ReviewQueue(workspace.state / "pending")
+    doc = SkillDoc(name=name, description="A staged skill.", body=content)
+    return queue.stage(
+        doc,
+        Origin(source="jsonl", session="s1"),
+        library="default",
+        storage_key="default",
+        reason="it came up twice",
+        held_because="review mode",
+    )
+
+
+def test_review_shows_a_diff_and_approve_and_reject_act(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    stage(workspace, "deploy", "1. Build.\n2. Canary.\n3. Ship.\n")
+    rejected = stage(workspace, "lint", "Run the linter.\n")
+    page = panel.get("/review").text
+    assert '<span class="add">+2. Canary.</span>' in page
+    assert "review mode" in page and "it came up twice" in page
+    assert "<h3>New skill</h3>" in page
+    assert post(panel, "reject", library="default", name="lint").status_code == 200
+    assert not rejected.exists()
+    response = post(panel, "approve", library="default", name="deploy")
+    assert response.status_code == 200 and "updated deploy" in response.text
+    assert "2. Canary." in (workspace.skills / "deploy" / "SKILL.md").read_text()
+    assert [e["source"] for e in workspace.events("approved", "rejected")] == ["panel", "panel"]
+
+
+# -- refusals --------------------------------------------------------------------------------
+
+
+def not_pinned(workspace: Workspace) -> bool:
+    return usage(workspace).get("deploy", {}).get("pinned") is not True
+
+
+def test_a_foreign_host_is_refused(panel: TestClient) -> None:
+    for host in ("evil.example:8741", "127.0.0.1:9999", "attacker.test"):
+        response = panel.get("/", headers={"host": host})
+        assert response.status_code == 421
+        assert response.headers["x-content-type-options"] == "nosniff"
+    assert panel.get("/api/status", headers={"host": "localhost:8741"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "http://evil.example"},
+        {"origin": "http://127.0.0.1:9999"},
+        {"referer": "http://evil.example/page"},
+        {"origin": "null", "sec-fetch-site": "cross-site"},
+        {},
+    ],
+    ids=["foreign origin", "other port", "foreign referer", "null cross-site", "no origin"],
+)
+def test_a_post_from_another_origin_is_refused(
+    panel: TestClient, workspace: Workspace, headers: dict[str, str]
+) -> None:
+    response = panel.post(
+        "/act/pin", data={"csrf": SECRET, "library": "default", "name": "deploy"}, headers=headers
+    )
+    assert response.status_code == 403
+    assert not_pinned(workspace)
+
+
+def test_the_panel_s_own_post_passes_with_a_hidden_origin(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    """`Referrer-Policy: no-referrer` makes a browser send `Origin: null`: its `Sec-Fetch-Site`
+    vouches for the panel's own page."""
+    response = panel.post(
+        "/act/pin",
+        data={"csrf": SECRET, "library": "default", "name": "deploy"},
+        headers={"origin": "null", "sec-fetch-site": "same-origin"},
+    )
+    assert response.status_code == 200
+    assert not not_pinned(workspace)
+
+
+@pytest.mark.parametrize("secret", ["", "guessed", SECRET + "x"])
+def test_a_post_without_the_panel_s_secret_is_refused(
+    panel: TestClient, workspace: Workspace, secret: str
+) -> None:
+    response = panel.post(
+        "/act/pin",
+        data={"csrf": secret, "library": "default", "name": "deploy"},
+        headers={"origin": ORIGIN},
+    )
+    assert response.status_code == 403 and "secret" in response.text
+    assert not_pinned(workspace)
+
+
+def test_get_on_an_action_is_refused(panel: TestClient, workspace: Workspace) -> None:
+    response = panel.get(f"/act/pin?csrf={SECRET}&library=default&name=deploy")
+    assert response.status_code == 405
+    assert not_pinned(workspace)
+    assert workspace.events("web") == []
+
+
+def test_with_a_token_every_request_needs_it(workspace: Workspace) -> None:
+    workspace.write_config()
+    write_skill(workspace, "deploy", "Deploy the service.", "Ship.\n")
+    with client_for(workspace, token=TOKEN) as client:
+        assert client.get("/api/status").status_code == 401
+        assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+        wrong = {"authorization": "Bearer nope"}
+        assert client.get("/api/skills", headers=wrong).status_code == 401
+        right = {"authorization": f"Bearer {TOKEN}"}
+        assert client.get("/api/skills", headers=right).status_code == 200
+        refused = client.post(
+            "/act/pin",
+            data={"csrf": SECRET, "library": "default", "name": "deploy"},
+            headers={"origin": ORIGIN},
+        )
+        assert refused.status_code == 401 and not_pinned(workspace)
+        login = {"csrf": SECRET, "token": "wrong"}
+        assert client.post("/login", data=login, headers={"origin": ORIGIN}).status_code == 401
+        assert SESSION_COOKIE not in client.cookies
+        response = client.post(
+            "/login",
+            data={"csrf": SECRET, "token": TOKEN},
+            headers={"origin": ORIGIN},
+            follow_redirects=False,
+        )
+        assert response.status_code == 303
+        cookie = response.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert TOKEN not in cookie and session_value(TOKEN) in cookie
+        assert client.get("/").status_code == 200
+        assert post(client, "pin", library="default", name="deploy").status_code == 200
+    assert not not_pinned(workspace)
+
+
+# -- the JSON API ----------------------------------------------------------------------------
+
+
+def test_the_api_returns_what_the_json_commands_print(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    stage(workspace, "lint", "Run the linter.\n")
+    assert workspace.cli("usage", "use", "deploy").returncode == 0
+    assert panel.get("/api/skills").json() == cli_json(workspace, "skills", "list", "--json")
+    assert panel.get("/api/skills?library=default").json() == cli_json(
+        workspace, "skills", "list", "--json", "--library", "default"
+    )
+    assert panel.get("/api/skills/default/deploy").json() == cli_json(
+        workspace, "skills", "show", "deploy", "--json"
+    )
+    assert panel.get("/api/review").json() == cli_json(workspace, "review", "list", "--json")
+    events = workspace.cli("events", "--json", "--kind", "created", "--kind", "updated")
+    assert panel.get("/api/events?kind=created&kind=updated").json() == [
+        json.loads(line) for line in events.stdout.splitlines()
+    ]
+    limited = workspace.cli("events", "--json", "--limit", "2", "--since", "1h")
+    assert panel.get("/api/events?limit=2&since=1h").json() == [
+        json.loads(line) for line in limited.stdout.splitlines()
+    ]
+    assert panel.get("/api/status").json() == cli_json(workspace, "status", "--json")
+    assert panel.get("/api/skills/default/missing").status_code == 404
+
+
+# -- hostile text ----------------------------------------------------------------------------
+
+
+def test_hostile_skill_text_is_shown_as_text(panel: TestClient, workspace: Workspace) -> None:
+    body = (
+        f"# Title {HOSTILE}\n\n[click](javascript:alert(3)) [ok](https://example.com/x)"
+        " ![pic](http://evil.example/p.png) <a href='javascript:alert(4)'>raw</a>\n"
+    )
+    write_skill(workspace, "hostile", f"Hostile {HOSTILE}", body)
+    page = panel.get("/skills/default/hostile").text
+    for raw in ("<script>", "<img", "<svg onload", "<a href='javascript", 'href="javascript'):
+        assert raw not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;script&gt;" in page
+    assert '<a href="https://example.com/x">ok</a>' in page
+    assert "<img" not in page and "image: pic" in page
+
+
+@pytest.mark.parametrize(
+    ("url", "safe"),
+    [
+        ("https://example.com", True),
+        ("http://example.com", True),
+        ("docs/page.md", True),
+        ("#section", True),
+        ("javascript:alert(1)", False),
+        (" JavaScript:alert(1)", False),
+        ("data:text/html,x", False),
+        ("vbscript:x", False),
+        ("file:///etc/passwd", False),
+        ("//evil.example/x", False),
+    ],
+)
+def test_only_http_and_relative_links_survive(url: str, safe: bool) -> None:
+    assert safe_link(url) is safe
+    assert ("href" in markdown(f"[x]({url.strip()})")) is safe
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def start_panel(workspace: Workspace, *args: str, **env: str) -> tuple[subprocess.Popen[str], str]:
+    process = workspace.popen("web", "--port", "0", *args, **env)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("skilld web: http://"), process.communicate(timeout=10)
+    return process, line.removeprefix("skilld web: ").strip()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_skilld_web_prints_its_address_serves_and_stops_cleanly(
+    workspace: Workspace, stop: signal.Signals
+) -> None:
+    workspace.write_config()
+    write_skill(workspace, "deploy", "Deploy the service.", "Ship.\n")
+    process, url = start_panel(workspace)
+    try:
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/")
+        rows = httpx.get(url + "api/skills", timeout=10).json()
+        assert [row["name"] for row in rows] == ["deploy"]
+        with httpx.stream("GET", url + "events/live?after=0", timeout=10) as live:
+            assert live.headers["content-type"].startswith("text/event-stream")
+            lines = live.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            assert json.loads(first.removeprefix("data: "))["kind"] == "created"
+            write_skill(workspace, "triage", "Triage.", "Read the log.\n")
+            started = time.monotonic()
+            new = next(line for line in lines if line.startswith("data: "))
+            assert json.loads(new.removeprefix("data: "))["skill"] == "triage"
+            assert time.monotonic() - started < 5
+        process.send_signal(stop)
+        out, err = process.communicate(timeout=15)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert out == ""  # the one line was read above; nothing else is printed
+
+
+def test_a_non_loopback_bind_needs_a_token(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.write_config()
+    result = workspace.cli("web", "--host", "0.0.0.0", "--port", "0")
+    assert result.returncode == 2
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
+    assert "token" in result.stderr and "0.0.0.0" in result.stderr
+    process, url = start_panel(workspace, "--host", "0.0.0.0", SKILLD_WEB_TOKEN=TOKEN)
+    try:
+        port = url.rsplit(":", 1)[1].strip("/")
+        assert httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=10).status_code == 401
+        authorised = {"authorization": f"Bearer {TOKEN}"}
+        status = httpx.get(f"http://127.0.0.1:{port}/api/status", headers=authorised, timeout=10)
+        assert status.status_code == 200
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=15)
+    finally:
+        process.kill()
+    assert process.returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_daemon_serves_the_panel_with_web_listen(workspace: Workspace) -> None:
+    port = free_port()
+    workspace.settings["web"] = {"listen": f"127.0.0.1:{port}"}
+    workspace.write_config()
+    process = workspace.popen("run")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.2)
+        assert response.status_code == 200
+        assert "libraries" in response.json()
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 0
+
+
+def test_a_bad_listen_value_is_a_config_error(workspace: Workspace) -> None:
+    workspace.settings["web"] = {"listen": "localhost"}
+    workspace.write_config()
+    result = workspace.cli("status")
+    assert result.returncode == 2 and "web.listen" in result.stderr
+
+
+def test_the_token_variable_is_not_a_config_override(workspace: Workspace) -> None:
+    workspace.write_config()
+    result = workspace.cli("status", SKILLD_WEB_TOKEN="x" * 8)
+    assert result.returncode == 0, result.stderr
