@@ -40,9 +40,9 @@ def staged_proposal(app: App, name: str, library: str | None = None) -> tuple[Pa
 def approve(app: App, name: str, origin: Origin, library: str | None = None) -> Written | Unchanged:
     """Write the proposal staged under `name` into its library (under the library's ownership
     rules), drop it from the queue and record an `approved` event."""
-    file, item = staged_proposal(app, name, library)
     from skilld.gitinfo import from_json
 
+    file, item = staged_proposal(app, name, library)
     target = staged_library(app, item.library, item.project_root)
     # The version is still the session's lesson: it keeps where that session worked.
     result = target.apply(item.doc(), origin._replace(git=from_json(item.origin.get("git"))))
