@@ -402,3 +402,24 @@ def test_project_branches_is_an_array_of_names(workspace: Workspace) -> None:
     assert 'project_branches = ["main", "release/*"]  # file' in result.stdout
     from_env = workspace.cli("config", SKILLD_EVOLVE_PROJECT_BRANCHES="main:master")
     assert 'project_branches = ["main", "master"]  # env' in from_env.stdout
+
+
+def test_a_team_library_commit_names_the_repository_and_branch(
+    workspace: Workspace, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    remote = tmp_path / "team.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    team = workspace.root / "team"
+    workspace.llm_url = fake_llm.base_url
+    workspace.libraries = [{"name": "team", "dir": str(team), "remote": str(remote)}]
+    workspace.sources = [
+        {"kind": "codex", "path": str(EXAMPLES / "codex" / "sessions"), "library": "team"}
+    ]
+    workspace.write_config()
+    fake_llm.responder = respond_by_source({"codex": "cache-npm-in-docker"})
+    result = workspace.cli("once")
+    assert result.returncode == 0, result.stderr
+    message = git(team, "log", "-1", "--format=%B", "--", "cache-npm-in-docker")
+    assert message.startswith("created cache-npm-in-docker")
+    assert "Skilld-Repository: github.com/acme/acme-web\n" in message
+    assert "Skilld-Branch: main\n" in message
