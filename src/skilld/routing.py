@@ -29,6 +29,7 @@ from skilld.config import (
     hermes_home,
 )
 from skilld.errors import ConfigError, UsageError
+from skilld.fsutil import UnsafePath, real_subdir
 
 #: The name of the single library of a `[skills] dir` configuration.
 DEFAULT_LIBRARY = "default"
@@ -257,11 +258,15 @@ def project_library(user: LibrarySpec, root: Path) -> LibrarySpec:
     )
 
 
-def project_root_of(cwd: str) -> Path:
-    """The nearest ancestor of `cwd` holding `.git`, else `cwd` itself (DSH's rule)."""
-    start = Path(cwd)
+def project_root_of(cwd: str) -> Path | None:
+    """The nearest directory holding `.git` at or above `cwd` resolved (realpath: `..` and
+    links never lead a session into another project), else that resolved directory (DSH's
+    rule). None for a relative `cwd`: it names no directory skilld could find."""
+    if not os.path.isabs(cwd) or "\x00" in cwd:
+        return None
+    start = Path(os.path.realpath(cwd))
     for directory in (start, *start.parents):
-        if (directory / ".git").exists():
+        if os.path.lexists(directory / ".git"):
             return directory
     return start
 
@@ -273,9 +278,19 @@ def project_root(user: LibrarySpec, cwd: str | None) -> Path | None:
     if not cwd or not user.project_dir:
         return None
     root = project_root_of(cwd)
-    if os.path.realpath(root / user.project_dir) == os.path.realpath(user.dir):
+    if root is None or os.path.realpath(root / user.project_dir) == os.path.realpath(user.dir):
         return None
     return root
+
+
+def project_skills_dir(root: Path, project_dir: str) -> Path | None:
+    """`root/project_dir` when the project keeps skills there: it and every folder between it
+    and the root are real directories (a link could lead into another agent's library, or out
+    of the repository). None otherwise."""
+    try:
+        return real_subdir(root, Path(project_dir).parts)
+    except (UnsafePath, OSError):
+        return None
 
 
 def _route(

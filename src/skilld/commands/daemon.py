@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -234,14 +235,20 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
 
 
 def _staged_library(app: App, name: str, project_root: str | None) -> Any:
-    """The library a staged proposal was meant for (a project's, when it names one)."""
+    """The library a staged proposal was meant for (a project's, when it names one). A root
+    that can never be a project (`/`, the home directory, a system directory) is refused even
+    to a person approving it."""
+    from skilld.projects import never_root_reason
     from skilld.routing import project_library
 
     user_name = name.partition("@")[0] if name else None
     user = app.select(user_name if user_name in app.libraries else None)
     if project_root is None:
         return user
-    return app.open_library(project_library(user.spec, Path(project_root)))
+    root = Path(project_root)
+    if (never := never_root_reason(root, Path(os.path.realpath(Path.home())))) is not None:
+        raise Failure(f"{never}: never a project root; nothing written (`skilld review reject`)")
+    return app.open_library(project_library(user.spec, root))
 
 
 def _run_parser(parser: Parser) -> None:

@@ -22,12 +22,12 @@ failed write of this machine never gives up a window: it waits until the fault i
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +65,18 @@ from skilld.evolve.window import (
     render_window,
 )
 from skilld.evolve.wiring import SourceBinding
+from skilld.gitinfo import repository_of
 from skilld.llm import LLMClient, LLMError
 from skilld.log import get_logger
+from skilld.projects import (
+    ProjectDecision,
+    pattern_kind,
+    project_decision,
+    resolve_pattern,
+    skills_dir_state,
+)
 from skilld.redact import redact
-from skilld.routing import project_root
+from skilld.routing import project_root, project_skills_dir
 from skilld.skills.document import SkillDoc, same_text
 from skilld.skills.library import (
     Library,
@@ -666,22 +674,28 @@ class Evolver:
         self, user: Library, cwd: str | None, *, existing_only: bool
     ) -> Library | None:
         """The project library of a session's working directory for `user`'s agent; with
-        `existing_only`, only when its skills dir exists."""
+        `existing_only`, only when the project keeps skills: its skills dir is a real directory
+        inside the root (a link out of it is no project library)."""
         root = project_root(user.spec, cwd)
         if root is None or user.spec.project_dir is None:
             return None
-        if existing_only and not (root / user.spec.project_dir).is_dir():
+        if existing_only and project_skills_dir(root, user.spec.project_dir) is None:
             return None
         return self.app.project(user, root)
 
-    def _project_allowed(self, root: Path, skills_dir: Path) -> bool:
-        """skilld writes into a project only where the user allowed it: a root matching a glob
-        in `evolve.projects`, or a project that already keeps skills for this agent."""
-        if skills_dir.is_dir():
-            return True
-        if not root.is_dir():
-            return False
-        return any(fnmatchcase(str(root), str(pattern)) for pattern in self.config.evolve.projects)
+    def _project_decision(self, root: Path, project_dir: str) -> ProjectDecision:
+        """May skilld write into the project at `root` (resolved)? `evolve.projects`, the
+        project's repository and what its skills dir is on disk decide (skilld.projects)."""
+        patterns = [resolve_pattern(pattern) for pattern in self.config.evolve.projects]
+        wants_repository = any(pattern_kind(pattern) == "repository" for pattern in patterns)
+        return project_decision(
+            root,
+            repository=repository_of(root) if wants_repository else None,
+            patterns=patterns,
+            home=Path(os.path.realpath(Path.home())),
+            skills_dir=root / project_dir,
+            skills_dir_state=skills_dir_state(root, project_dir),
+        )
 
     def _target(self, kept: KeptProposal) -> tuple[Library, Path | None]:
         """Where the proposal goes: the user library, or the session's project library for a
@@ -727,8 +741,12 @@ class Evolver:
             return outcome_kind, library.name, path
 
         held = hold_reason(doc, review_mode=self.config.evolve.publish == "review")
-        if project_root is not None and not self._project_allowed(project_root, library.root):
-            held = f"project {project_root} is not in evolve.projects"
+        if project_root is not None:
+            user_spec = self.app.libraries[kept.library].spec
+            assert user_spec.project_dir is not None  # a project root needs one
+            decision = self._project_decision(project_root, user_spec.project_dir)
+            if not decision.allowed:
+                held = decision.reason
         if held is not None:
             path = self.review.stage(
                 doc,

@@ -1,0 +1,203 @@
+"""Which projects skilld may write project skills into (DESIGN.md §9, `evolve.projects`).
+
+A project is found from a session's working directory resolved (realpath), so `..` and links
+never move a session into another project; its root is the nearest directory holding `.git`, so
+a repository nested in another is a project of its own. Whether skilld may write there is a pure
+decision over plain values: the resolved root, its normalised `origin` remote, the configured
+patterns, and what its skills dir is on disk (see `project_decision`). The I/O that gathers
+those values lives with the callers.
+
+`evolve.projects` holds two kinds of glob, told apart by their first character once the config
+has expanded `~` and `$VARS`: an absolute path (`/home/me/src/*`) is matched on the resolved
+root; anything else (`github.com/acme/*`) is a repository, matched on the root's normalised
+remote. In both, `*` (and `?`, `[...]`) stays within one path segment and `**` is any number of
+segments.
+"""
+
+import os
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
+from typing import Literal, NamedTuple
+
+from skilld.fsutil import UnsafePath, real_subdir
+
+#: Never a project root, whatever the globs say: the filesystem's top, the folders that hold
+#: every user's or every package's files, and scratch space shared by everyone.
+NEVER_ROOTS = frozenset(
+    {
+        "/home",
+        "/Users",
+        "/root",
+        "/usr",
+        "/usr/local",
+        "/var",
+        "/var/tmp",
+        "/opt",
+        "/srv",
+        "/mnt",
+        "/media",
+        "/snap",
+        "/tmp",
+        "/private",
+        "/private/tmp",
+        "/private/var",
+        "/Applications",
+        "/Volumes",
+    }
+)
+#: Never a project root, nor anything below them: the system's own programs, libraries and
+#: configuration, and the kernel's and devices' pseudo-filesystems.
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr/bin",
+    "/usr/include",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/sbin",
+    "/usr/share",
+    "/System",
+    "/Library",
+    "/private/etc",
+)
+
+PatternKind = Literal["path", "repository"]
+#: What a project's skills dir is on disk: a real directory all the way from the root,
+#: missing, or something skilld must not go through (the string says what and why).
+SkillsDirState = Literal["real", "missing"] | str
+
+
+class ProjectDecision(NamedTuple):
+    """Whether skilld may write into a project, and why (the reason a staged event shows)."""
+
+    allowed: bool
+    reason: str
+
+
+def pattern_kind(pattern: str) -> PatternKind:
+    """A path glob starts with `/` (the config expands `~` and `$VARS` and anchors relative
+    entries at the config file); anything else names a repository."""
+    return "path" if pattern.startswith("/") else "repository"
+
+
+def glob_match(pattern: str, value: str) -> bool:
+    """Whether `value` matches `pattern` segment by segment: `*`, `?` and `[...]` within one
+    segment, `**` any number of segments (none included). A trailing `/` means nothing."""
+    return _match_segments(_segments(pattern), _segments(value))
+
+
+def never_root_reason(root: Path, home: Path) -> str | None:
+    """Why `root` can never be a project root (the filesystem root, the home directory or one
+    above it, a system directory), or None when it may be one."""
+    text = str(root)
+    if root == Path(root.anchor):
+        return f"{root} is the filesystem root"
+    if root == home:
+        return f"{root} is the home directory"
+    if root in home.parents:
+        return f"{root} holds the home directory"
+    if text in NEVER_ROOTS:
+        return f"{root} is a system directory"
+    for tree in SYSTEM_TREES:
+        if text == tree or text.startswith(tree + "/"):
+            return f"{root} is a system directory"
+    return None
+
+
+def project_decision(
+    root: Path,
+    *,
+    repository: str | None,
+    patterns: Iterable[str],
+    home: Path,
+    skills_dir: Path,
+    skills_dir_state: SkillsDirState,
+) -> ProjectDecision:
+    """May skilld write project skills into the project at (resolved) `root`?
+
+    Never into a root that is no project at all (`never_root_reason`), nor through a skills dir
+    that is a link or leaves the root; else when the root matches a path pattern, or its
+    repository a repository pattern, or the project already keeps skills for this agent (its
+    skills dir is a real directory inside the root).
+    """
+    if (never := never_root_reason(root, home)) is not None:
+        return ProjectDecision(False, f"{never}: never a project root")
+    if skills_dir_state not in ("real", "missing"):
+        return ProjectDecision(False, f"{skills_dir_state}: project skills stay inside {root}")
+    for pattern in patterns:
+        if pattern_kind(pattern) == "path" and glob_match(pattern, str(root)):
+            return ProjectDecision(True, f"{root} matches evolve.projects entry {pattern!r}")
+        if (
+            pattern_kind(pattern) == "repository"
+            and repository is not None
+            and glob_match(pattern.casefold(), repository.casefold())
+        ):
+            return ProjectDecision(True, f"{repository} matches evolve.projects entry {pattern!r}")
+    if skills_dir_state == "real":
+        return ProjectDecision(True, f"{root} keeps skills in {skills_dir} already")
+    return ProjectDecision(False, f"project {root} is not in evolve.projects")
+
+
+def skills_dir_state(root: Path, project_dir: str) -> SkillsDirState:
+    """What `root/project_dir` is on disk, for `project_decision` (its only read)."""
+    try:
+        found = real_subdir(root, PurePosixPath(project_dir).parts)
+    except UnsafePath as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{root / project_dir} cannot be read ({exc.strerror or exc})"
+    return "real" if found is not None else "missing"
+
+
+def resolve_pattern(pattern: str) -> str:
+    """A path pattern with its literal leading folders resolved (realpath), as the roots it is
+    matched against are: `~/src/*` still matches when the home directory is reached through a
+    link. A repository pattern is returned as it is."""
+    if pattern_kind(pattern) != "path":
+        return pattern
+    segments = _segments(pattern)
+    literal = 0
+    while literal < len(segments) and not _is_glob(segments[literal]):
+        literal += 1
+    if literal == 0:
+        return pattern
+    head = os.path.realpath("/" + "/".join(segments[:literal]))
+    return str(PurePosixPath(head, *segments[literal:]))
+
+
+def _segments(text: str) -> Sequence[str]:
+    return [segment for segment in text.split("/") if segment and segment != "."]
+
+
+def _is_glob(segment: str) -> bool:
+    return any(ch in segment for ch in "*?[")
+
+
+def _match_segments(pattern: Sequence[str], value: Sequence[str]) -> bool:
+    # Positions in `value` the pattern's prefix can end at; `**` widens them, others advance.
+    reachable = {0}
+    for segment in pattern:
+        if segment == "**":
+            reachable = set(range(min(reachable), len(value) + 1)) if reachable else set()
+        else:
+            reachable = {
+                index + 1
+                for index in reachable
+                if index < len(value) and fnmatchcase(value[index], segment)
+            }
+        if not reachable:
+            return False
+    return len(value) in reachable

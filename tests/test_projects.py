@@ -1,0 +1,305 @@
+"""Project roots and `evolve.projects` (DESIGN.md §9): resolved roots, segment globs, nested
+repositories, roots that are never projects, skills dirs that lead out, repository globs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skilld.config import build_config
+from skilld.fsutil import UnsafePath, real_subdir
+from skilld.projects import (
+    ProjectDecision,
+    glob_match,
+    never_root_reason,
+    pattern_kind,
+    project_decision,
+    resolve_pattern,
+    skills_dir_state,
+)
+from skilld.routing import project_root_of, project_skills_dir
+from tests.test_libraries import Machine, by_session, claude_session, machine, proposal
+
+__all__ = ["machine"]  # the fixture, shared with test_libraries
+
+
+# -- the pure rules -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "expected"),
+    [
+        ("/home/me/src/*", "/home/me/src/app", True),
+        ("/home/me/src/*", "/home/me/src/app/vendor/lib", False),  # `*` is one segment
+        ("/home/me/src/*", "/home/me/src", False),
+        ("/home/me/src/*", "/home/me/outside", False),
+        ("/home/me/src/**", "/home/me/src/app/vendor/lib", True),
+        ("/home/me/src/**", "/home/me/src", True),  # `**` is any depth, none included
+        ("/home/me/**/api", "/home/me/work/acme/api", True),
+        ("/home/me/**/api", "/home/me/api", True),
+        ("/home/me/**/api", "/home/me/work/api/sub", False),
+        ("/home/me/src/app-*", "/home/me/src/app-one", True),
+        ("/home/me/src/app-?", "/home/me/src/app-12", False),
+        ("/home/me/src/[ab]pp", "/home/me/src/app", True),
+        ("/home/me/src/app/", "/home/me/src/app", True),
+        ("/home/me/src/app", "/home/me/src/App", False),
+        ("github.com/acme/*", "github.com/acme/api", True),
+        ("github.com/acme/*", "github.com/acme/api/extra", False),
+        ("github.com/**", "github.com/acme/group/api", True),
+        ("gitlab.com/acme/*", "github.com/acme/api", False),
+    ],
+)
+def test_a_glob_matches_segment_by_segment(pattern: str, value: str, expected: bool) -> None:
+    assert glob_match(pattern, value) is expected
+
+
+def test_paths_and_repositories_are_told_apart_by_their_first_character(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WORKDIR", "/srv/work")
+    assert pattern_kind("/home/me/src/*") == "path"
+    assert pattern_kind("github.com/acme/*") == "repository"
+    config = build_config(
+        {
+            "evolve": {
+                "projects": ["~/src/*", "./work/*", "$WORKDIR/api", "github.com/acme/*"],
+            }
+        },
+        path=Path("/etc/skilld/config.toml"),
+        environ={},
+    )
+    home = str(Path.home())
+    assert config.evolve.projects == (
+        f"{home}/src/*",
+        "/etc/skilld/work/*",
+        "/srv/work/api",
+        "github.com/acme/*",
+    )
+
+
+@pytest.mark.parametrize(
+    ("root", "why"),
+    [
+        ("/", "filesystem root"),
+        ("/home/me", "home directory"),
+        ("/home", "holds the home directory"),
+        ("/etc", "system directory"),
+        ("/etc/nginx", "system directory"),
+        ("/usr", "system directory"),
+        ("/usr/lib/python3", "system directory"),
+        ("/var", "system directory"),
+        ("/tmp", "system directory"),
+        ("/proc/1/cwd", "system directory"),
+        ("/tmp/work/app", None),
+        ("/var/www/site", None),
+        ("/home/me/src/app", None),
+        ("/opt/app", None),
+        ("/etcetera", None),
+    ],
+)
+def test_some_roots_are_never_projects(root: str, why: str | None) -> None:
+    reason = never_root_reason(Path(root), Path("/home/me"))
+    assert (reason is None) if why is None else (reason is not None and why in reason)
+
+
+def decide(root: str, state: str, *patterns: str, repository: str | None = None) -> ProjectDecision:
+    return project_decision(
+        Path(root),
+        repository=repository,
+        patterns=patterns,
+        home=Path("/home/me"),
+        skills_dir=Path(root) / ".claude" / "skills",
+        skills_dir_state=state,
+    )
+
+
+def test_the_decision_names_its_reason() -> None:
+    allowed = decide("/home/me/src/app", "missing", "/home/me/src/*")
+    assert allowed.allowed and "matches evolve.projects entry '/home/me/src/*'" in allowed.reason
+    assert decide("/home/me/src/app", "real").allowed  # already keeps skills
+    refused = decide("/home/me/src/app/vendor/lib", "missing", "/home/me/src/*")
+    assert refused == (False, "project /home/me/src/app/vendor/lib is not in evolve.projects")
+    # Never a project, whatever the globs say, even one that keeps skills.
+    assert not decide("/", "real", "/**").allowed
+    assert not decide("/home/me", "real", "/home/**").allowed
+    # A skills dir that is a link: refused even when the root is allowed by name.
+    link = decide("/home/me/src/app", "/home/me/src/app/.claude is a symbolic link", "/home/me/**")
+    assert not link.allowed and "symbolic link" in link.reason
+    by_repo = decide("/x/clone", "missing", "github.com/acme/*", repository="github.com/acme/api")
+    assert by_repo.allowed and "github.com/acme/api matches" in by_repo.reason
+    assert decide("/x/c", "missing", "GitHub.com/Acme/*", repository="github.com/acme/api").allowed
+    assert not decide("/x/c", "missing", "github.com/acme/*", repository="github.com/evil/api")[0]
+    assert not decide("/x/c", "missing", "github.com/acme/*").allowed  # no remote
+
+
+def test_a_pattern_resolves_its_literal_folders(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert resolve_pattern(f"{tmp_path}/link/src/*") == f"{real}/src/*"
+    assert resolve_pattern(f"{tmp_path}/link/../real/*") == f"{real}/*"
+    assert resolve_pattern("github.com/acme/*") == "github.com/acme/*"
+
+
+# -- what is on disk ----------------------------------------------------------------------------
+
+
+def test_a_root_is_found_from_the_resolved_cwd(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    app = src / "app"
+    (app / ".git").mkdir(parents=True)
+    (app / "vendor" / "lib" / ".git").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (src / "link").symlink_to(tmp_path / "outside")
+    assert project_root_of(str(app / "pkg" / "deep")) == app  # need not exist
+    assert project_root_of(f"{src}/../outside") == tmp_path / "outside"
+    assert project_root_of(str(src / "link")) == tmp_path / "outside"
+    assert project_root_of(f"{app}/../app/vendor/lib/x") == app / "vendor" / "lib"
+    assert project_root_of("relative/dir") is None
+
+
+def test_a_skills_dir_counts_only_when_real_all_the_way(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / ".claude").mkdir(parents=True)
+    assert skills_dir_state(root, ".claude/skills") == "missing"
+    (root / ".claude" / "skills").mkdir()
+    assert skills_dir_state(root, ".claude/skills") == "real"
+    assert project_skills_dir(root, ".claude/skills") == root / ".claude" / "skills"
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "skills").mkdir(parents=True)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / ".claude").symlink_to(elsewhere)  # a folder between the root and the dir
+    assert "symbolic link" in skills_dir_state(linked, ".claude/skills")
+    assert project_skills_dir(linked, ".claude/skills") is None
+    (linked / ".agents").mkdir()
+    (linked / ".agents" / "skills").symlink_to(linked / ".claude")  # inside, but a link
+    assert "symbolic link" in skills_dir_state(linked, ".agents/skills")
+    (linked / ".dsh").write_text("a file")
+    assert "not a directory" in skills_dir_state(linked, ".dsh/skills")
+
+
+def test_real_subdir_creates_folder_by_folder_and_never_through_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    assert real_subdir(root, (".claude", "skills"), create=True) == root / ".claude" / "skills"
+    assert (root / ".claude" / "skills").is_dir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (root / ".agents").symlink_to(other)
+    with pytest.raises(UnsafePath, match="symbolic link"):
+        real_subdir(root, (".agents", "skills"), create=True)
+    assert list(other.iterdir()) == []
+    with pytest.raises(UnsafePath):
+        real_subdir(root, ("..", "x"), create=True)
+    assert real_subdir(tmp_path / "missing", (".claude",), create=True) is None
+
+
+# -- through the CLI ----------------------------------------------------------------------------
+
+
+def git_init(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True, capture_output=True)
+    return path
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    """Every file below `root` (links not followed) with its bytes; links by their target."""
+    found: dict[str, bytes] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+            path = Path(folder, name)
+            key = str(path.relative_to(root))
+            found[key] = (
+                f"-> {os.readlink(path)}".encode() if path.is_symlink() else path.read_bytes()
+            )
+    return found
+
+
+def test_dotdot_links_and_nested_repositories_never_widen_a_glob(machine: Machine) -> None:
+    """Finding 5 of issue 22: `~/src/*` allowed `~/src/../outside` and a vendored repository
+    with its own `.git`; a link inside `~/src` led elsewhere. Only `~/src/app` is written."""
+    home = machine.home
+    app = git_init(home / "src" / "app")
+    vendored = git_init(app / "vendor" / "lib")
+    (home / "outside").mkdir()
+    elsewhere = git_init(machine.root / "elsewhere")
+    (home / "src" / "link").symlink_to(elsewhere)
+    machine.write_config('[evolve]\nscope = "auto"\nprojects = ["~/src/*"]\n')
+    sessions = {  # session -> (cwd as the transcript says it, skill)
+        "dotdot": (f"{home}/src/../outside", "outside-fixtures"),
+        "nested": (str(vendored), "vendored-fixtures"),
+        "linked": (str(home / "src" / "link"), "linked-fixtures"),
+        "app": (f"{home}/src/app/../app/pkg", "app-fixtures"),
+    }
+    replies = {}
+    for key, (cwd, skill) in sessions.items():
+        claude_session(home, f"{key}-0000", cwd, key)
+        replies[f"claude-code:{key}-0000"] = proposal(
+            skill, scope="project", description=f"Set up {key} before its tests."
+        )
+    machine.llm.responder = by_session(replies)
+    before = {
+        "outside": files_under(home / "outside"),
+        "vendored": files_under(vendored),
+        "elsewhere": files_under(elsewhere),
+    }
+    machine.ok("once")
+
+    assert (app / ".claude" / "skills" / "app-fixtures" / "SKILL.md").is_file()
+    assert [p.name for p in (app / ".claude" / "skills").iterdir() if p.is_dir()] == [
+        "app-fixtures"
+    ]
+    after = {
+        "outside": files_under(home / "outside"),
+        "vendored": files_under(vendored),
+        "elsewhere": files_under(elsewhere),
+    }
+    assert after == before
+    created = {(e["skill"], e["library"]) for e in machine.events("created")}
+    assert created == {("app-fixtures", f"claude@{app}")}
+    staged = {e["skill"]: e for e in machine.events("staged")}
+    assert set(staged) == {"outside-fixtures", "vendored-fixtures", "linked-fixtures"}
+    expected_roots = {
+        "outside-fixtures": home / "outside",
+        "vendored-fixtures": vendored,
+        "linked-fixtures": elsewhere,
+    }
+    for skill, root in expected_roots.items():
+        assert staged[skill]["reason"] == f"project {root} is not in evolve.projects"
+        assert staged[skill]["detail"]["target"] == str(root / ".claude" / "skills" / skill)
+        assert staged[skill]["library"] == f"claude@{root}"
+
+
+@pytest.mark.parametrize("where", ["root", "home"])
+def test_the_filesystem_root_and_the_home_are_never_projects(machine: Machine, where: str) -> None:
+    """`projects = ["/**"]` allows everything by name; `/` and the home directory (when the
+    agent's library lives elsewhere) are still no projects: the lesson is staged."""
+    home = machine.home
+    library = machine.root / "claude-skills"
+    machine.write_config(
+        f'[evolve]\nscope = "auto"\nprojects = ["/**"]\n\n'
+        f'[[libraries]]\nname = "claude"\ndir = "{library}"\n'
+    )
+    cwd = Path("/") if where == "root" else home
+    claude_session(home, "top-0000", cwd, "top")
+    machine.llm.responder = by_session(
+        {"claude-code:top-0000": proposal("top-fixtures", scope="project")}
+    )
+    before = files_under(home)
+    machine.ok("once")
+    [staged] = machine.events("staged")
+    assert staged["reason"].endswith("never a project root")
+    assert machine.events("created") == []
+    assert not Path("/.claude/skills/top-fixtures").exists()
+    after = files_under(home)
+    assert after == before
+    # A person approving it cannot put it there either.
+    refused = machine.cli("review", "approve", "top-fixtures")
+    assert refused.returncode != 0 and "never a project root" in refused.stderr
+    assert files_under(home) == before
