@@ -4,7 +4,9 @@ repositories, roots that are never projects, skills dirs that lead out, reposito
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -279,12 +281,14 @@ def test_dotdot_links_and_nested_repositories_never_widen_a_glob(machine: Machin
 @pytest.mark.parametrize("where", ["root", "home"])
 def test_the_filesystem_root_and_the_home_are_never_projects(machine: Machine, where: str) -> None:
     """`projects = ["/**"]` allows everything by name; `/` and the home directory (when the
-    agent's library lives elsewhere) are still no projects: the lesson is staged."""
+    agent's library lives elsewhere) are still no projects: the lesson is staged. The project
+    dir has a name of this test's own, so that a regression run as root leaves nothing in `/`
+    but what the test removes."""
     home = machine.home
-    library = machine.root / "claude-skills"
+    project_dir = f".skilld-test-{os.getpid()}-{machine.root.name}"
     machine.write_config(
-        f'[evolve]\nscope = "auto"\nprojects = ["/**"]\n\n'
-        f'[[libraries]]\nname = "claude"\ndir = "{library}"\n'
+        f'[evolve]\nscope = "auto"\nprojects = ["/**"]\n\n[[libraries]]\nname = "claude"\n'
+        f'dir = "{machine.root / "claude-skills"}"\nproject_dir = "{project_dir}"\n'
     )
     cwd = Path("/") if where == "root" else home
     claude_session(home, "top-0000", cwd, "top")
@@ -292,14 +296,136 @@ def test_the_filesystem_root_and_the_home_are_never_projects(machine: Machine, w
         {"claude-code:top-0000": proposal("top-fixtures", scope="project")}
     )
     before = files_under(home)
+    try:
+        machine.ok("once")
+        [staged] = machine.events("staged")
+        assert staged["reason"] == (
+            f"{cwd} is the {'filesystem root' if where == 'root' else 'home directory'}: "
+            "never a project root"
+        )
+        assert machine.events("created") == []
+        assert files_under(home) == before
+        # A person approving it cannot put it there either.
+        refused = machine.cli("review", "approve", "top-fixtures")
+        assert refused.returncode != 0 and "never a project root" in refused.stderr
+        assert not (cwd / project_dir).exists() and files_under(home) == before
+    finally:
+        if where == "root" and (Path("/") / project_dir).is_dir():
+            shutil.rmtree(Path("/") / project_dir)
+
+
+def test_a_skills_dir_that_links_out_never_counts_and_is_never_written(machine: Machine) -> None:
+    """Finding 6 of issue 22: a cloned repository whose `.claude/skills` links to another
+    agent's global library (or whose `.claude` links anywhere) "kept skills already", and a
+    project lesson was written through the link, `.usage.json` and all."""
+    home = machine.home
+    agents = home / ".agents" / "skills"
+    (agents / "codex-own").mkdir(parents=True)
+    (agents / "codex-own" / "SKILL.md").write_text("---\nname: codex-own\n---\nMine.\n")
+    outside = machine.root / "outside"
+    outside.mkdir()
+    cloned = git_init(home / "clones" / "cloned")  # not allowed; keeps "skills" through a link
+    (cloned / ".claude").mkdir()
+    (cloned / ".claude" / "skills").symlink_to(agents)
+    allowed = git_init(home / "src" / "allowed")  # allowed by name, `.claude` links out
+    (allowed / ".claude").symlink_to(outside)
+    machine.write_config('[evolve]\nscope = "auto"\nprojects = ["~/src/*"]\n')
+    replies = {}
+    for key, cwd in (("cloned", cloned), ("allowed", allowed)):
+        claude_session(home, f"{key}-0000", cwd, key)
+        replies[f"claude-code:{key}-0000"] = proposal(
+            f"{key}-fixtures", scope="project", description=f"Set up {key} before its tests."
+        )
+    machine.llm.responder = by_session(replies)
+    before = {"agents": files_under(home / ".agents"), "outside": files_under(outside)}
+    machine.ok("once")
+
+    after = {"agents": files_under(home / ".agents"), "outside": files_under(outside)}
+    assert after == before
+    assert machine.events("created") == []
+    staged = {e["skill"]: e["reason"] for e in machine.events("staged")}
+    assert staged == {
+        "cloned-fixtures": f"{cloned}/.claude/skills is a symbolic link: "
+        f"project skills stay inside {cloned}",
+        "allowed-fixtures": f"{allowed}/.claude is a symbolic link: "
+        f"project skills stay inside {allowed}",
+    }
+    # The hook's bump from a session in the clone does not reach through the link either.
+    hook = subprocess.run(
+        [sys.executable, "-m", "skilld", "usage", "use", "codex-own"],
+        env=machine.env(),
+        cwd=cloned,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert files_under(home / ".agents") == before["agents"], hook.stderr
+
+
+def test_a_link_planted_after_the_decision_is_not_followed_at_write_time(
+    machine: Machine,
+) -> None:
+    """A lesson staged for an allowed project; a pull then replaces `.claude` with a link to
+    another agent's library. Approving it writes nothing through the link."""
+    home = machine.home
+    agents = home / ".agents" / "skills"
+    agents.mkdir(parents=True)
+    app = git_init(home / "src" / "app")
+    machine.write_config('[evolve]\nscope = "auto"\npublish = "review"\nprojects = ["~/src/*"]\n')
+    claude_session(home, "app-0000", app, "app")
+    machine.llm.responder = by_session(
+        {"claude-code:app-0000": proposal("app-fixtures", scope="project")}
+    )
     machine.ok("once")
     [staged] = machine.events("staged")
-    assert staged["reason"].endswith("never a project root")
-    assert machine.events("created") == []
-    assert not Path("/.claude/skills/top-fixtures").exists()
-    after = files_under(home)
-    assert after == before
-    # A person approving it cannot put it there either.
-    refused = machine.cli("review", "approve", "top-fixtures")
-    assert refused.returncode != 0 and "never a project root" in refused.stderr
-    assert files_under(home) == before
+    assert staged["detail"]["target"] == str(app / ".claude" / "skills" / "app-fixtures")
+
+    (app / ".claude").symlink_to(home / ".agents")  # planted since the decision
+    before = files_under(home / ".agents")
+    refused = machine.cli("review", "approve", "app-fixtures")
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert f"{app}/.claude is a symbolic link" in refused.stderr
+    assert files_under(home / ".agents") == before
+
+    # Once the link is gone, the same approval writes into the project itself.
+    (app / ".claude").unlink()
+    approved = machine.ok("review", "approve", "app-fixtures")
+    assert approved.startswith("created app-fixtures")
+    assert (app / ".claude" / "skills" / "app-fixtures" / "SKILL.md").is_file()
+    assert files_under(home / ".agents") == before
+
+
+def test_a_project_library_whose_dir_became_a_link_is_no_longer_listed(
+    machine: Machine,
+) -> None:
+    """A project written into once, its skills dir later replaced by a link to another agent's
+    library: `skills list` no longer reads it as that project's, and a new lesson there is
+    staged instead of written through it."""
+    home = machine.home
+    app = git_init(home / "src" / "app")
+    machine.write_config('[evolve]\nscope = "auto"\nprojects = ["~/src/*"]\n')
+    claude_session(home, "one-0000", app, "one")
+    machine.llm.responder = by_session(
+        {
+            "claude-code:one-0000": proposal("app-fixtures", scope="project"),
+            "claude-code:two-0000": proposal(
+                "app-seeds", scope="project", description="Seed app's database first."
+            ),
+        }
+    )
+    machine.ok("once")
+    assert [row["library"] for row in machine.json("skills", "list")] == [f"claude@{app}"]
+
+    agents = home / ".agents" / "skills"
+    agents.mkdir(parents=True)
+    (agents / "codex-own").mkdir()
+    (agents / "codex-own" / "SKILL.md").write_text("---\nname: codex-own\n---\nMine.\n")
+    (app / ".claude" / "skills").rename(machine.root / "moved-away")
+    (app / ".claude" / "skills").symlink_to(agents)
+    before = files_under(home / ".agents")
+    assert machine.json("skills", "list") == []
+    claude_session(home, "two-0000", app, "two")
+    machine.ok("once")
+    [staged] = machine.events("staged")
+    assert staged["skill"] == "app-seeds" and "symbolic link" in staged["reason"]
+    assert files_under(home / ".agents") == before

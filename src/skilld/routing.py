@@ -28,7 +28,7 @@ from skilld.config import (
     dsh_home,
     hermes_home,
 )
-from skilld.errors import ConfigError, UsageError
+from skilld.errors import ConfigError, LibraryError, UsageError
 from skilld.fsutil import UnsafePath, real_subdir
 
 #: The name of the single library of a `[skills] dir` configuration.
@@ -291,6 +291,22 @@ def project_skills_dir(root: Path, project_dir: str) -> Path | None:
         return real_subdir(root, Path(project_dir).parts)
     except (UnsafePath, OSError):
         return None
+
+
+def require_real_project_dir(spec: LibrarySpec) -> None:
+    """Right before skilld writes into a project library: its skills dir and every folder up
+    to the project root must be real directories (missing ones are created, one by one).
+    Raises LibraryError when one is a link or not a folder: it could lead into another agent's
+    library, or out of the repository. Nothing to check for any other library."""
+    root = spec.project_root
+    if root is None or not spec.dir.is_relative_to(root):
+        return  # a user library, or a project's copy in a sandbox (`replay`)
+    try:
+        made = real_subdir(root, spec.dir.relative_to(root).parts, create=True)
+    except UnsafePath as exc:
+        raise LibraryError(f"{exc}: project skills are written only inside {root}") from None
+    if made is None:
+        raise LibraryError(f"the project root {root} is gone")
 
 
 def _route(

@@ -19,6 +19,7 @@ from skilld.routing import (
     project_root,
     project_skills_dir,
     requested_library,
+    require_real_project_dir,
     resolve,
 )
 from skilld.skills.layout import find_skill_file
@@ -64,7 +65,10 @@ def cmd_usage(config: Config, args: argparse.Namespace) -> int:
         with StateDB(config.state.dir / "state.db") as state:
             report_corrupt_usage(state, chosen.name, copy, reason)
 
-    UsageStore(chosen.dir, on_corrupt=report_corrupt).bump(args.name, args.kind)
+    def guard() -> None:
+        require_real_project_dir(chosen)  # a link planted since the check above: exit 1
+
+    UsageStore(chosen.dir, on_corrupt=report_corrupt, guard=guard).bump(args.name, args.kind)
     return 0
 
 
