@@ -429,3 +429,47 @@ def test_a_project_library_whose_dir_became_a_link_is_no_longer_listed(
     [staged] = machine.events("staged")
     assert staged["skill"] == "app-seeds" and "symbolic link" in staged["reason"]
     assert files_under(home / ".agents") == before
+
+
+def git_clone_of(path: Path, origin: str) -> Path:
+    git_init(path)
+    subprocess.run(
+        ["git", "-C", str(path), "remote", "add", "origin", origin],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+def test_a_repository_entry_allows_its_clones_wherever_they_are(machine: Machine) -> None:
+    """Issue 24: `github.com/acme/*` names the repositories, not the folders they are cloned
+    into; another owner's clone, and a repository nested in an allowed clone, are not them."""
+    home = machine.home
+    api = git_clone_of(machine.root / "anywhere" / "api", "git@github.com:acme/api.git")
+    web = git_clone_of(home / "w" / "web", "https://bot:s3cret@github.com/Acme/web.git")
+    evil = git_clone_of(home / "w" / "evil", "https://github.com/evil/api.git")
+    vendored = git_clone_of(api / "vendor" / "lib", "https://github.com/other/lib.git")
+    machine.write_config('[evolve]\nscope = "auto"\nprojects = ["github.com/acme/*"]\n')
+    sessions = {"api": api / "src", "web": web, "evil": evil, "vendored": vendored}
+    replies = {}
+    for key, cwd in sessions.items():
+        claude_session(home, f"{key}-0000", cwd, key)
+        replies[f"claude-code:{key}-0000"] = proposal(
+            f"{key}-fixtures", scope="project", description=f"Set up {key} before its tests."
+        )
+    machine.llm.responder = by_session(replies)
+    before = {"evil": files_under(evil), "vendored": files_under(vendored)}
+    machine.ok("once")
+
+    created = {(e["skill"], e["library"]) for e in machine.events("created")}
+    assert created == {("api-fixtures", f"claude@{api}"), ("web-fixtures", f"claude@{web}")}
+    assert (api / ".claude" / "skills" / "api-fixtures" / "SKILL.md").is_file()
+    assert (web / ".claude" / "skills" / "web-fixtures" / "SKILL.md").is_file()
+    assert {"evil": files_under(evil), "vendored": files_under(vendored)} == before
+    staged = {e["skill"]: e["reason"] for e in machine.events("staged")}
+    assert staged == {
+        "evil-fixtures": f"project {evil} is not in evolve.projects",
+        "vendored-fixtures": f"project {vendored} is not in evolve.projects",
+    }
+    # The remote's user info is no part of anything skilld keeps or shows.
+    assert "s3cret" not in machine.ok("events", "--json")
