@@ -183,6 +183,9 @@ def test_a_skills_dir_counts_only_when_real_all_the_way(tmp_path: Path) -> None:
     assert "symbolic link" in skills_dir_state(linked, ".agents/skills")
     (linked / ".dsh").write_text("a file")
     assert "not a directory" in skills_dir_state(linked, ".dsh/skills")
+    assert skills_dir_state(tmp_path / "gone", ".claude/skills") == (
+        f"{tmp_path / 'gone'} is not a directory on this machine"
+    )
 
 
 def test_real_subdir_creates_folder_by_folder_and_never_through_a_link(tmp_path: Path) -> None:

@@ -152,7 +152,11 @@ def project_decision(
 
 
 def skills_dir_state(root: Path, project_dir: str) -> SkillsDirState:
-    """What `root/project_dir` is on disk, for `project_decision` (its only read)."""
+    """What `root/project_dir` is on disk, for `project_decision` (its only read). A root
+    that is not a directory here (a session from another machine, a deleted checkout) has no
+    skills dir skilld could create."""
+    if not os.path.isdir(root) or os.path.islink(root):
+        return f"{root} is not a directory on this machine"
     try:
         found = real_subdir(root, PurePosixPath(project_dir).parts)
     except UnsafePath as exc:
