@@ -16,13 +16,12 @@ from skilld.fsutil import UnsafePath, real_subdir
 from skilld.projects import (
     ProjectDecision,
     glob_match,
-    never_root_reason,
     pattern_kind,
     project_decision,
     resolve_pattern,
     skills_dir_state,
 )
-from skilld.routing import project_root_of, project_skills_dir
+from skilld.routing import never_root_reason, project_root_of, project_skills_dir
 from tests.test_libraries import Machine, by_session, claude_session, machine, proposal
 
 __all__ = ["machine"]  # the fixture, shared with test_libraries
@@ -186,6 +185,20 @@ def test_a_skills_dir_counts_only_when_real_all_the_way(tmp_path: Path) -> None:
     assert skills_dir_state(tmp_path / "gone", ".claude/skills") == (
         f"{tmp_path / 'gone'} is not a directory on this machine"
     )
+
+
+def test_a_root_that_is_never_a_project_keeps_no_project_skills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The home (or `/`, or `/etc` with etckeeper's `.git`) may hold a real skills dir: it is
+    still no project library, to show a session or to count its uses in."""
+    home = tmp_path / "home"
+    (home / ".claude" / "skills").mkdir(parents=True)
+    (home / "repo" / ".claude" / "skills").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    assert project_skills_dir(home, ".claude/skills") is None
+    assert project_skills_dir(tmp_path, "home/.claude/skills") is None  # above the home
+    assert project_skills_dir(home / "repo", ".claude/skills") == home / "repo/.claude/skills"
 
 
 def test_real_subdir_creates_folder_by_folder_and_never_through_a_link(tmp_path: Path) -> None:

@@ -21,58 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal, NamedTuple
 
 from skilld.fsutil import UnsafePath, real_subdir
-
-#: Never a project root, whatever the globs say: the filesystem's top, the folders that hold
-#: every user's or every package's files, and scratch space shared by everyone.
-NEVER_ROOTS = frozenset(
-    {
-        "/home",
-        "/Users",
-        "/root",
-        "/usr",
-        "/usr/local",
-        "/var",
-        "/var/tmp",
-        "/opt",
-        "/srv",
-        "/mnt",
-        "/media",
-        "/snap",
-        "/tmp",
-        "/private",
-        "/private/tmp",
-        "/private/var",
-        "/Applications",
-        "/Volumes",
-    }
-)
-#: Never a project root, nor anything below them: the system's own programs, libraries and
-#: configuration, and the kernel's and devices' pseudo-filesystems.
-SYSTEM_TREES = (
-    "/bin",
-    "/boot",
-    "/dev",
-    "/etc",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/proc",
-    "/run",
-    "/sbin",
-    "/sys",
-    "/usr/bin",
-    "/usr/include",
-    "/usr/lib",
-    "/usr/lib32",
-    "/usr/lib64",
-    "/usr/libexec",
-    "/usr/sbin",
-    "/usr/share",
-    "/System",
-    "/Library",
-    "/private/etc",
-)
+from skilld.routing import never_root_reason
 
 PatternKind = Literal["path", "repository"]
 #: What a project's skills dir is on disk: a real directory all the way from the root,
@@ -99,24 +48,6 @@ def glob_match(pattern: str, value: str) -> bool:
     return _match_segments(_segments(pattern), _segments(value))
 
 
-def never_root_reason(root: Path, home: Path) -> str | None:
-    """Why `root` can never be a project root (the filesystem root, the home directory or one
-    above it, a system directory), or None when it may be one."""
-    text = str(root)
-    if root == Path(root.anchor):
-        return f"{root} is the filesystem root"
-    if root == home:
-        return f"{root} is the home directory"
-    if root in home.parents:
-        return f"{root} holds the home directory"
-    if text in NEVER_ROOTS:
-        return f"{root} is a system directory"
-    for tree in SYSTEM_TREES:
-        if text == tree or text.startswith(tree + "/"):
-            return f"{root} is a system directory"
-    return None
-
-
 def project_decision(
     root: Path,
     *,
@@ -128,10 +59,10 @@ def project_decision(
 ) -> ProjectDecision:
     """May skilld write project skills into the project at (resolved) `root`?
 
-    Never into a root that is no project at all (`never_root_reason`), nor through a skills dir
-    that is a link or leaves the root; else when the root matches a path pattern, or its
-    repository a repository pattern, or the project already keeps skills for this agent (its
-    skills dir is a real directory inside the root).
+    Never into a root that is no project at all (`routing.never_root_reason`), nor through a
+    skills dir that is a link or leaves the root; else when the root matches a path pattern,
+    or its repository a repository pattern, or the project already keeps skills for this
+    agent (its skills dir is a real directory inside the root).
     """
     if (never := never_root_reason(root, home)) is not None:
         return ProjectDecision(False, f"{never}: never a project root")

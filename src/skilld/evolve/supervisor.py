@@ -22,7 +22,6 @@ failed write of this machine never gives up a window: it waits until the fault i
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -76,7 +75,7 @@ from skilld.projects import (
     skills_dir_state,
 )
 from skilld.redact import redact
-from skilld.routing import project_root, project_skills_dir
+from skilld.routing import project_root, project_skills_dir, resolved_home
 from skilld.skills.document import SkillDoc, same_text
 from skilld.skills.library import (
     Library,
@@ -281,7 +280,7 @@ class Evolver:
     def _skills_dirs(self, user: Library, cwd: str | None) -> dict[Path, Library]:
         """Every skills dir a session may read a skill from: each library's, and its project's."""
         dirs = {library.root: library for library in self.app.libraries.values()}
-        if (project := self._project_library(user, cwd, existing_only=True)) is not None:
+        if (project := self._project_library(user, cwd)) is not None:
             dirs[project.root] = project
         return dirs
 
@@ -299,7 +298,7 @@ class Evolver:
             if signal.skills_dir is not None:
                 target = self._skills_dirs(user, cwd).get(Path(signal.skills_dir))
             else:
-                project = self._project_library(user, cwd, existing_only=True)
+                project = self._project_library(user, cwd)
                 if project is not None and project.entry(signal.name) is not None:
                     target = project
                 elif signal.name in names:
@@ -514,7 +513,7 @@ class Evolver:
             )
         # The session's own libraries only: its agent's, and its project's (never another's).
         shown = [user]
-        if (project := self._project_library(user, job.cwd, existing_only=True)) is not None:
+        if (project := self._project_library(user, job.cwd)) is not None:
             shown.append(project)
         existing = [
             (entry.name, entry.doc.description)
@@ -670,16 +669,14 @@ class Evolver:
                 )
         return None
 
-    def _project_library(
-        self, user: Library, cwd: str | None, *, existing_only: bool
-    ) -> Library | None:
-        """The project library of a session's working directory for `user`'s agent; with
-        `existing_only`, only when the project keeps skills: its skills dir is a real directory
-        inside the root (a link out of it is no project library)."""
+    def _project_library(self, user: Library, cwd: str | None) -> Library | None:
+        """The project library of a session's working directory for `user`'s agent, when the
+        project keeps skills (`routing.project_skills_dir`: real folders inside a root that may
+        be a project at all); what a session is shown and its uses are counted in."""
         root = project_root(user.spec, cwd)
         if root is None or user.spec.project_dir is None:
             return None
-        if existing_only and project_skills_dir(root, user.spec.project_dir) is None:
+        if project_skills_dir(root, user.spec.project_dir) is None:
             return None
         return self.app.project(user, root)
 
@@ -692,7 +689,7 @@ class Evolver:
             root,
             repository=repository_of(root) if wants_repository else None,
             patterns=patterns,
-            home=Path(os.path.realpath(Path.home())),
+            home=resolved_home(),
             skills_dir=root / project_dir,
             skills_dir_state=skills_dir_state(root, project_dir),
         )
