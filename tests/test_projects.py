@@ -132,6 +132,8 @@ def test_the_decision_names_its_reason() -> None:
     by_repo = decide("/x/clone", "missing", "github.com/acme/*", repository="github.com/acme/api")
     assert by_repo.allowed and "github.com/acme/api matches" in by_repo.reason
     assert decide("/x/c", "missing", "GitHub.com/Acme/*", repository="github.com/acme/api").allowed
+    for written in ("https://github.com/acme/*", "git@github.com:acme/*", "github.com/acme/*.git"):
+        assert decide("/x/c", "missing", written, repository="github.com/acme/api").allowed
     assert not decide("/x/c", "missing", "github.com/acme/*", repository="github.com/evil/api")[0]
     assert not decide("/x/c", "missing", "github.com/acme/*").allowed  # no remote
 

@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal, NamedTuple
 
 from skilld.fsutil import UnsafePath, real_subdir
+from skilld.gitinfo import normalise_repository
 from skilld.routing import never_root_reason
 
 PatternKind = Literal["path", "repository"]
@@ -40,6 +41,13 @@ def pattern_kind(pattern: str) -> PatternKind:
     """A path glob starts with `/` (the config expands `~` and `$VARS` and anchors relative
     entries at the config file); anything else names a repository."""
     return "path" if pattern.startswith("/") else "repository"
+
+
+def repository_glob(pattern: str) -> str:
+    """A repository entry in the form remotes are compared in: written as a URL
+    (`https://github.com/acme/*`) or scp-like (`git@github.com:acme/*`), it is normalised as a
+    remote is (`github.com/acme/*`)."""
+    return normalise_repository(pattern) or pattern
 
 
 def glob_match(pattern: str, value: str) -> bool:
@@ -74,7 +82,7 @@ def project_decision(
         if (
             pattern_kind(pattern) == "repository"
             and repository is not None
-            and glob_match(pattern.casefold(), repository.casefold())
+            and glob_match(repository_glob(pattern).casefold(), repository.casefold())
         ):
             return ProjectDecision(True, f"{repository} matches evolve.projects entry {pattern!r}")
     if skills_dir_state == "real":
