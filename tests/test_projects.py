@@ -491,3 +491,45 @@ def test_a_repository_entry_allows_its_clones_wherever_they_are(machine: Machine
     }
     # The remote's user info is no part of anything skilld keeps or shows.
     assert "s3cret" not in machine.ok("events", "--json")
+
+
+def test_every_write_into_a_project_library_looks_again(tmp_path: Path) -> None:
+    """The decision saw real folders; a link planted afterwards stops the skill write, the
+    usage sidecar's read-modify-write and the curator's archive alike."""
+    from skilld.app import open_app
+    from skilld.errors import LibraryError
+    from skilld.skills.document import SkillDoc
+    from skilld.skills.library import Origin, WriteFailed, Written
+
+    config = build_config(
+        {
+            "libraries": [
+                {"name": "claude", "dir": str(tmp_path / "user"), "project_dir": ".claude/skills"}
+            ],
+            "sources": [{"kind": "claude-code", "path": str(tmp_path / "sessions")}],
+            "state": {"dir": str(tmp_path / "state")},
+        },
+    )
+    repo = git_init(tmp_path / "repo")
+    other = tmp_path / "other"
+    (other / "skills").mkdir(parents=True)
+    doc = SkillDoc("setup-repo", "Set the repo up.", "When it is new.", "1. Run make.\n")
+    with open_app(config) as app:
+        library = app.project(app.libraries["claude"], repo)
+        first = library.write(doc, Origin("cli"))
+        assert isinstance(first, Written)
+        assert first.path == repo / ".claude" / "skills" / "setup-repo" / "SKILL.md"
+        library.usage.bump("setup-repo", "use")
+
+        # A pull replaces `.claude` with a link to a library holding a skill of that name.
+        os.rename(repo / ".claude", tmp_path / "moved")
+        shutil.copytree(tmp_path / "moved" / "skills", other / "skills", dirs_exist_ok=True)
+        (repo / ".claude").symlink_to(other)
+        before = files_under(other)
+        again = library.write(doc._replace(name="second-skill"), Origin("cli"))
+        assert isinstance(again, WriteFailed) and "is a symbolic link" in again.reason
+        with pytest.raises(LibraryError, match="is a symbolic link"):
+            library.usage.bump("setup-repo", "use")
+        with pytest.raises(LibraryError, match="is a symbolic link"):
+            library.archive("setup-repo", Origin("curator"), reason="unused")
+    assert files_under(other) == before
