@@ -1,11 +1,11 @@
 """Which projects skilld may write project skills into (DESIGN.md §9, `evolve.projects`).
 
-A project is found from a session's working directory resolved (realpath), so `..` and links
-never move a session into another project; its root is the nearest directory holding `.git`, so
-a repository nested in another is a project of its own. Whether skilld may write there is a pure
-decision over plain values: the resolved root, its normalised `origin` remote, the configured
-patterns, and what its skills dir is on disk (see `project_decision`). The I/O that gathers
-those values lives with the callers.
+A project's root is found from a session's working directory resolved (realpath) by
+`routing.project_root`, so `..` and links never move a session into another project, and a
+repository nested in another is a project of its own. Whether skilld may write there is a pure
+decision over plain values (`project_decision`): the resolved root, its normalised `origin`
+remote, the configured patterns, and what its skills dir is on disk. Two small reads feed it
+(`skills_dir_state`, `resolve_pattern`); the remote comes from `gitinfo.repository_of`.
 
 `evolve.projects` holds two kinds of glob, told apart by their first character once the config
 has expanded `~` and `$VARS`: an absolute path (`/home/me/src/*`) is matched on the resolved
