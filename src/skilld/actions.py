@@ -66,11 +66,16 @@ def reject(app: App, name: str, origin: Origin, library: str | None = None) -> S
 
 
 def staged_library(app: App, name: str, project_root: str | None) -> Library:
-    """The library a staged proposal was meant for (a project's, when it names one)."""
-    from skilld.routing import project_library
+    """The library a staged proposal was meant for (a project's, when it names one). A root
+    that can never be a project (`/`, the home directory, a system directory) is refused even
+    to a person approving it."""
+    from skilld.routing import never_root_reason, project_library, resolved_home
 
     user_name = name.partition("@")[0] if name else None
     user = app.select(user_name if user_name in app.libraries else None)
     if project_root is None:
         return user
-    return app.open_library(project_library(user.spec, Path(project_root)))
+    root = Path(project_root)
+    if (never := never_root_reason(root, resolved_home())) is not None:
+        raise Failure(f"{never}: never a project root; nothing written (`skilld review reject`)")
+    return app.open_library(project_library(user.spec, root))

@@ -15,7 +15,9 @@ from skilld.routing import (
     Routing,
     choose_library,
     project_library,
+    project_skills_dir,
     requested_library,
+    require_real_project_dir,
     resolve,
     storage_key,
 )
@@ -68,12 +70,20 @@ class App:
         return self.open_library(spec)
 
     def known_projects(self) -> list[Library]:
-        """Project libraries skilld has written into, whose user library is configured."""
+        """Project libraries skilld has written into, whose user library is configured and
+        whose skills dir is still real folders inside the project (a link planted since leads
+        elsewhere: that is no project library to list, curate or count)."""
         found = []
         for name in self.state.library_names():
             user, mark, root = name.partition(PROJECT_MARK)
-            if mark and user in self.libraries and self.libraries[user].spec.project_dir:
-                found.append(self.project(self.libraries[user], Path(root)))
+            if not mark or user not in self.libraries:
+                continue
+            project_dir = self.libraries[user].spec.project_dir
+            if not project_dir:
+                continue
+            if self.project_home is None and project_skills_dir(Path(root), project_dir) is None:
+                continue
+            found.append(self.project(self.libraries[user], Path(root)))
         return found
 
     def all_libraries(self) -> list[Library]:
@@ -127,10 +137,18 @@ def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
             )
         except ValueError as exc:
             raise ConfigError(str(exc), f"libraries.{spec.name}.remote") from None
+
+    def guard() -> None:
+        require_real_project_dir(spec)
+
     return Library(
         spec,
         state,
-        UsageStore(spec.dir, on_corrupt=on_corrupt),
+        UsageStore(
+            spec.dir,
+            on_corrupt=on_corrupt,
+            guard=guard if spec.project_root is not None else None,
+        ),
         team=team,
         history_dir=config.state.dir / "history" / f"{PROJECT_MARK}{spec.storage_key}",
         locks_dir=config.state.dir / "locks",

@@ -162,8 +162,10 @@ class EvolveConfig(NamedTuple):
     #: "user": every skill goes to the user library; "auto": the model may mark a skill as
     #: belonging to the session's project.
     scope: Literal["user", "auto"] = "user"
-    #: Project roots (globs) whose project skills dir skilld may create and write into.
-    projects: tuple[Path, ...] = ()
+    #: Projects whose skills dir skilld may create and write into: path globs (absolute once
+    #: expanded) matched on a project's resolved root, or repository globs (`github.com/acme/*`)
+    #: matched on its normalised `origin` remote (skilld.projects).
+    projects: tuple[str, ...] = ()
     #: Branches (globs) a project skill may be written from; a project lesson learned on any
     #: other branch is staged for review. Empty: every branch.
     project_branches: tuple[str, ...] = ()
@@ -516,6 +518,15 @@ def _expand_path(value: str, base: Path) -> Path:
     return path if path.is_absolute() else base / path
 
 
+def _expand_glob(value: str, base: Path) -> str:
+    """An array-of-globs entry: one that reads as a path (it starts with `/`, `~`, `$` or
+    `.`) is expanded and anchored like a path; any other (a repository, `github.com/acme/*`)
+    stays as written."""
+    if value.startswith(("/", "~", "$", ".")):
+        return str(_expand_path(value, base))
+    return value
+
+
 def _coerce(value: Any, hint: Any, key: str, *, base: Path) -> Any:
     target = _strip_optional(hint)
     if get_origin(target) is Literal:
@@ -531,9 +542,12 @@ def _coerce(value: Any, hint: Any, key: str, *, base: Path) -> Any:
             raise ConfigError(f"must be a path string (got {value!r})", key)
         return _expand_path(value, base)
     if get_origin(target) is tuple and get_args(target)[0] is str:
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        # Globs (`projects`, `project_branches`): an entry that reads as a path is expanded.
+        if not isinstance(value, list) or not all(
+            isinstance(v, str) and v and "\x00" not in v for v in value
+        ):
             raise ConfigError(f"must be an array of non-empty strings (got {value!r})", key)
-        return tuple(value)
+        return tuple(_expand_glob(v, base) for v in value)
     if get_origin(target) is tuple:
         if not isinstance(value, list) or not all(
             isinstance(v, str) and "\x00" not in v for v in value

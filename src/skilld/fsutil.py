@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,3 +155,32 @@ def contained_path(root: Path, *parts: str) -> Path:
             if target != real_root and real_root not in target.parents:
                 raise UnsafePath(f"{root.joinpath(*parts)} is a link out of {root}")
     return candidate
+
+
+def real_subdir(root: Path, parts: tuple[str, ...], *, create: bool = False) -> Path | None:
+    """`root/parts…` when the root and every folder down to it are real directories: no link
+    anywhere, so nothing written there can land outside `root`. None when a folder is missing
+    (with `create`, missing folders are made instead, one by one: `mkdir` never follows a link
+    at the name it creates). Raises UnsafePath naming a folder that is a link or not a folder.
+
+    Checked where it is decided and again right before each write: a link planted in between
+    (a `git pull`, a person) is caught by the second look.
+    """
+    current = root
+    for part in ("", *parts):
+        if part:
+            if part in (".", "..") or "/" in part or "\x00" in part:
+                raise UnsafePath(f"not a safe path component: {part!r}")
+            current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            if not create or not part:
+                return None
+            os.mkdir(current)
+            info = os.lstat(current)
+        if stat.S_ISLNK(info.st_mode):
+            raise UnsafePath(f"{current} is a symbolic link")
+        if not stat.S_ISDIR(info.st_mode):
+            raise UnsafePath(f"{current} is not a directory")
+    return current

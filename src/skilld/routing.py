@@ -12,6 +12,11 @@ machine:
 
 `[skills]`'s other keys (cap, prefix, content limit, history) are defaults for every library;
 dialect and layout come from the agent unless a `[[libraries]]` table says otherwise.
+
+A session's project is here too, because an agent's hook needs it (`skilld usage use`): its
+root, found from the working directory resolved; the roots that are never a project (`/`, the
+home, system directories); and whether the project keeps skills in real folders inside its
+root. Whether skilld may *write* into a project is decided in `skilld.projects`.
 """
 
 import os
@@ -28,7 +33,60 @@ from skilld.config import (
     dsh_home,
     hermes_home,
 )
-from skilld.errors import ConfigError, UsageError
+from skilld.errors import ConfigError, LibraryError, UsageError
+from skilld.fsutil import UnsafePath, real_subdir
+
+#: Never a project root, whatever the globs say: the filesystem's top, the folders that hold
+#: every user's or every package's files, and scratch space shared by everyone.
+NEVER_ROOTS = frozenset(
+    {
+        "/home",
+        "/Users",
+        "/root",
+        "/usr",
+        "/usr/local",
+        "/var",
+        "/var/tmp",
+        "/opt",
+        "/srv",
+        "/mnt",
+        "/media",
+        "/snap",
+        "/tmp",
+        "/private",
+        "/private/tmp",
+        "/private/var",
+        "/Applications",
+        "/Volumes",
+    }
+)
+#: Never a project root, nor anything below them: the system's own programs, libraries and
+#: configuration, and the kernel's and devices' pseudo-filesystems.
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr/bin",
+    "/usr/include",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/sbin",
+    "/usr/share",
+    "/System",
+    "/Library",
+    "/private/etc",
+)
 
 #: The name of the single library of a `[skills] dir` configuration.
 DEFAULT_LIBRARY = "default"
@@ -257,11 +315,15 @@ def project_library(user: LibrarySpec, root: Path) -> LibrarySpec:
     )
 
 
-def project_root_of(cwd: str) -> Path:
-    """The nearest ancestor of `cwd` holding `.git`, else `cwd` itself (DSH's rule)."""
-    start = Path(cwd)
+def project_root_of(cwd: str) -> Path | None:
+    """The nearest directory holding `.git` at or above `cwd` resolved (realpath: `..` and
+    links never lead a session into another project), else that resolved directory (DSH's
+    rule). None for a relative `cwd`: it names no directory skilld could find."""
+    if not os.path.isabs(cwd) or "\x00" in cwd:
+        return None
+    start = Path(os.path.realpath(cwd))
     for directory in (start, *start.parents):
-        if (directory / ".git").exists():
+        if os.path.lexists(directory / ".git"):
             return directory
     return start
 
@@ -273,9 +335,61 @@ def project_root(user: LibrarySpec, cwd: str | None) -> Path | None:
     if not cwd or not user.project_dir:
         return None
     root = project_root_of(cwd)
-    if os.path.realpath(root / user.project_dir) == os.path.realpath(user.dir):
+    if root is None or os.path.realpath(root / user.project_dir) == os.path.realpath(user.dir):
         return None
     return root
+
+
+def resolved_home() -> Path:
+    """The home directory as project roots are compared with it: resolved."""
+    return Path(os.path.realpath(Path.home()))
+
+
+def never_root_reason(root: Path, home: Path) -> str | None:
+    """Why `root` can never be a project root (the filesystem root, the home directory or one
+    above it, a system directory), or None when it may be one."""
+    text = str(root)
+    if root == Path(root.anchor):
+        return f"{root} is the filesystem root"
+    if root == home:
+        return f"{root} is the home directory"
+    if root in home.parents:
+        return f"{root} holds the home directory"
+    if text in NEVER_ROOTS:
+        return f"{root} is a system directory"
+    for tree in SYSTEM_TREES:
+        if text == tree or text.startswith(tree + "/"):
+            return f"{root} is a system directory"
+    return None
+
+
+def project_skills_dir(root: Path, project_dir: str) -> Path | None:
+    """`root/project_dir` when the project keeps skills there: the root may be a project at
+    all (`never_root_reason`), and the dir and every folder between it and the root are real
+    directories (a link could lead into another agent's library, or out of the repository).
+    None otherwise."""
+    if never_root_reason(root, resolved_home()) is not None:
+        return None
+    try:
+        return real_subdir(root, Path(project_dir).parts)
+    except (UnsafePath, OSError):
+        return None
+
+
+def require_real_project_dir(spec: LibrarySpec) -> None:
+    """Right before skilld writes into a project library: its skills dir and every folder up
+    to the project root must be real directories (missing ones are created, one by one).
+    Raises LibraryError when one is a link or not a folder: it could lead into another agent's
+    library, or out of the repository. Nothing to check for any other library."""
+    root = spec.project_root
+    if root is None or not spec.dir.is_relative_to(root):
+        return  # a user library, or a project's copy in a sandbox (`replay`)
+    try:
+        made = real_subdir(root, spec.dir.relative_to(root).parts, create=True)
+    except UnsafePath as exc:
+        raise LibraryError(f"{exc}: project skills are written only inside {root}") from None
+    if made is None:
+        raise LibraryError(f"the project root {root} is gone")
 
 
 def _route(

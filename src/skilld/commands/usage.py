@@ -13,7 +13,15 @@ from pathlib import Path
 from skilld.commands.common import CommandTable, Parser, library_option
 from skilld.config import Config
 from skilld.errors import Failure
-from skilld.routing import choose_library, project_library, project_root, requested_library, resolve
+from skilld.routing import (
+    choose_library,
+    project_library,
+    project_root,
+    project_skills_dir,
+    requested_library,
+    require_real_project_dir,
+    resolve,
+)
 from skilld.skills.layout import find_skill_file
 from skilld.skills.names import InvalidName, validate_name
 from skilld.skills.usage import UsageStore
@@ -26,7 +34,7 @@ def cmd_usage(config: Config, args: argparse.Namespace) -> int:
     specs = {spec.name: spec for spec in routing.libraries.values()}
     for spec in routing.libraries.values():
         root = project_root(spec, os.getcwd())
-        if root is not None and spec.project_dir and (root / spec.project_dir).is_dir():
+        if root is not None and spec.project_dir and project_skills_dir(root, spec.project_dir):
             project = project_library(spec, root)
             specs[project.name] = project
     requested = requested_library(args.library)
@@ -57,7 +65,10 @@ def cmd_usage(config: Config, args: argparse.Namespace) -> int:
         with StateDB(config.state.dir / "state.db") as state:
             report_corrupt_usage(state, chosen.name, copy, reason)
 
-    UsageStore(chosen.dir, on_corrupt=report_corrupt).bump(args.name, args.kind)
+    def guard() -> None:
+        require_real_project_dir(chosen)  # a link planted since the check above: exit 1
+
+    UsageStore(chosen.dir, on_corrupt=report_corrupt, guard=guard).bump(args.name, args.kind)
     return 0
 
 

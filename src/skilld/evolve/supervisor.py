@@ -27,7 +27,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +73,18 @@ from skilld.evolve.window import (
     render_window,
 )
 from skilld.evolve.wiring import SourceBinding
-from skilld.gitinfo import GitContext, completed, from_json, observe
+from skilld.gitinfo import GitContext, completed, from_json, observe, repository_of
 from skilld.llm import LLMClient, LLMError
 from skilld.log import get_logger
+from skilld.projects import (
+    ProjectDecision,
+    pattern_kind,
+    project_decision,
+    resolve_pattern,
+    skills_dir_state,
+)
 from skilld.redact import redact
-from skilld.routing import project_root
+from skilld.routing import project_root, project_skills_dir, resolved_home
 from skilld.skills.document import SkillDoc, same_text
 from skilld.skills.library import (
     Library,
@@ -292,7 +298,7 @@ class Evolver:
     def _skills_dirs(self, user: Library, cwd: str | None) -> dict[Path, Library]:
         """Every skills dir a session may read a skill from: each library's, and its project's."""
         dirs = {library.root: library for library in self.app.libraries.values()}
-        if (project := self._project_library(user, cwd, existing_only=True)) is not None:
+        if (project := self._project_library(user, cwd)) is not None:
             dirs[project.root] = project
         return dirs
 
@@ -310,7 +316,7 @@ class Evolver:
             if signal.skills_dir is not None:
                 target = self._skills_dirs(user, cwd).get(Path(signal.skills_dir))
             else:
-                project = self._project_library(user, cwd, existing_only=True)
+                project = self._project_library(user, cwd)
                 if project is not None and project.entry(signal.name) is not None:
                     target = project
                 elif signal.name in names:
@@ -552,7 +558,7 @@ class Evolver:
             )
         # The session's own libraries only: its agent's, and its project's (never another's).
         shown = [user]
-        if (project := self._project_library(user, job.cwd, existing_only=True)) is not None:
+        if (project := self._project_library(user, job.cwd)) is not None:
             shown.append(project)
         existing = [
             (entry.name, entry.doc.description)
@@ -713,26 +719,30 @@ class Evolver:
                 )
         return None
 
-    def _project_library(
-        self, user: Library, cwd: str | None, *, existing_only: bool
-    ) -> Library | None:
-        """The project library of a session's working directory for `user`'s agent; with
-        `existing_only`, only when its skills dir exists."""
+    def _project_library(self, user: Library, cwd: str | None) -> Library | None:
+        """The project library of a session's working directory for `user`'s agent, when the
+        project keeps skills (`routing.project_skills_dir`: real folders inside a root that may
+        be a project at all); what a session is shown and its uses are counted in."""
         root = project_root(user.spec, cwd)
         if root is None or user.spec.project_dir is None:
             return None
-        if existing_only and not (root / user.spec.project_dir).is_dir():
+        if project_skills_dir(root, user.spec.project_dir) is None:
             return None
         return self.app.project(user, root)
 
-    def _project_allowed(self, root: Path, skills_dir: Path) -> bool:
-        """skilld writes into a project only where the user allowed it: a root matching a glob
-        in `evolve.projects`, or a project that already keeps skills for this agent."""
-        if skills_dir.is_dir():
-            return True
-        if not root.is_dir():
-            return False
-        return any(fnmatchcase(str(root), str(pattern)) for pattern in self.config.evolve.projects)
+    def _project_decision(self, root: Path, project_dir: str) -> ProjectDecision:
+        """May skilld write into the project at `root` (resolved)? `evolve.projects`, the
+        project's repository and what its skills dir is on disk decide (skilld.projects)."""
+        patterns = [resolve_pattern(pattern) for pattern in self.config.evolve.projects]
+        wants_repository = any(pattern_kind(pattern) == "repository" for pattern in patterns)
+        return project_decision(
+            root,
+            repository=repository_of(root) if wants_repository else None,
+            patterns=patterns,
+            home=resolved_home(),
+            skills_dir=root / project_dir,
+            skills_dir_state=skills_dir_state(root, project_dir),
+        )
 
     def _target(self, kept: KeptProposal) -> tuple[Library, Path | None]:
         """Where the proposal goes: the user library, or the session's project library for a
@@ -780,8 +790,12 @@ class Evolver:
             return outcome_kind, library.name, path
 
         held = hold_reason(doc, review_mode=self.config.evolve.publish == "review")
-        if project_root is not None and not self._project_allowed(project_root, library.root):
-            held = f"project {project_root} is not in evolve.projects"
+        if project_root is not None:
+            user_spec = self.app.libraries[kept.library].spec
+            assert user_spec.project_dir is not None  # a project root needs one
+            decision = self._project_decision(project_root, user_spec.project_dir)
+            if not decision.allowed:
+                held = decision.reason
         if project_root is not None and held is None:
             held = branch_hold(git.branch if git else None, self.config.evolve.project_branches)
         if held is not None:

@@ -32,7 +32,7 @@ from skilld.digest import sha256_hex
 from skilld.errors import LibraryError, NotFound, Protected
 from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
 from skilld.log import get_logger
-from skilld.routing import LibrarySpec
+from skilld.routing import LibrarySpec, require_real_project_dir
 from skilld.skills.document import (
     SkillDoc,
     SkillParseError,
@@ -230,7 +230,7 @@ class Library:
 
     def prepare(self) -> list[Path]:
         """Create the skills dir and remove temp files a crash left behind (history too)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._ensure_root()
         return (
             remove_stray_temps(self.root, depth=MAX_CATEGORY_DEPTH + 1)
             + remove_stray_temps(self.root / ARCHIVE_DIR, depth=2)
@@ -520,7 +520,10 @@ class Library:
     ) -> Iterator[None]:
         """Around one change of the files of `name`: in a team library it is one commit naming
         the event, the skill and the session, with the manifest entry of what skilld wrote
-        (`written` with `digest`, or no entry when the skill left the live library)."""
+        (`written` with `digest`, or no entry when the skill left the live library). A project's
+        skills dir is checked again here, right before its files change: a link planted since
+        skilld decided to write there is never followed."""
+        require_real_project_dir(self.spec)
         if self.team is None:
             yield
             return
@@ -831,8 +834,13 @@ class Library:
             raise LibraryError(f"could not write {outcome.name}: {outcome.reason}")
         return outcome
 
-    def _new_path(self, name: str) -> Path:
+    def _ensure_root(self) -> None:
+        """Create the skills dir; a project's only as real folders inside its root."""
+        require_real_project_dir(self.spec)
         self.root.mkdir(parents=True, exist_ok=True)
+
+    def _new_path(self, name: str) -> Path:
+        self._ensure_root()
         if self.layout == "flat":
             return contained_path(self.root, f"{name}.md")
         return contained_path(self.root, name, SKILL_FILE)

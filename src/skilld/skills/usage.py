@@ -269,8 +269,12 @@ class UsageStore:
         *,
         clock: Callable[[], datetime] = _utc_now,
         on_corrupt: CorruptHandler | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.skills_dir = Path(skills_dir)
+        #: Called before every read and write (a project library's check that its skills dir
+        #: is real folders inside the project); what it raises stops the operation.
+        self._guard = guard
         self.path = self.skills_dir / USAGE_FILE
         self.lock_path = self.skills_dir / LOCK_FILE
         self._clock = clock
@@ -470,6 +474,8 @@ class UsageStore:
 
     @contextlib.contextmanager
     def _file_locked(self) -> Iterator[None]:
+        if self._guard is not None:
+            self._guard()
         fd = self._lock()
         try:
             yield
