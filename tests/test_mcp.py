@@ -450,3 +450,44 @@ def test_each_agent_s_config_in_the_docs_starts_the_server_on_its_own_library(
             assert answers[0]["result"]["serverInfo"]["name"] == "skilld"
             written = answers[1]["result"]["structuredContent"]
             assert Path(written["path"]).is_relative_to(workspace.root / library)
+
+
+def test_a_tool_that_fails_unexpectedly_is_the_tool_s_error_and_the_server_goes_on(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug or an environment failure inside a tool must not end the agent's session."""
+    from skilld.commands.mcp import lazy_tools
+    from skilld.config import load_config
+    from skilld.mcp_tools import SkillTools
+
+    config = load_config(str(workspace.write_config()))
+    call_tool = lazy_tools(config, "default")
+    calls = iter([RuntimeError("disk on fire"), {"skills": []}])
+
+    def flaky(self: SkillTools, tool: str, arguments: Mapping[str, str | None]) -> Any:
+        outcome = next(calls)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(SkillTools, "__call__", flaky)
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "skill_list"}}
+    failed, served = handle(listing, call_tool), handle(listing, call_tool)
+    assert failed is not None and failed["result"]["isError"]
+    assert failed["result"]["content"][0]["text"] == "skill_list failed: RuntimeError: disk on fire"
+    assert served is not None and served["result"]["structuredContent"] == {"skills": []}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (["--library", "nope"], {}, "no library named 'nope' (known: default)"),
+        ([], {"SKILLD_LIBRARY": "gone"}, "no library named 'gone' (known: default)"),
+    ],
+)
+def test_a_library_it_cannot_serve_is_bad_usage_before_any_answer(
+    workspace: Workspace, args: list[str], env: dict[str, str], said: str
+) -> None:
+    result = workspace.cli("mcp", *args, **env)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"skilld: {said}\n"

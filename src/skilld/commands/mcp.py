@@ -12,8 +12,11 @@ from typing import Any
 from skilld.commands.common import CommandTable, Parser
 from skilld.config import Config
 from skilld.errors import SkilldError
-from skilld.mcp_server import CallTool, serve_stdio
+from skilld.log import get_logger
+from skilld.mcp_server import CallTool, Refused, serve_stdio
 from skilld.routing import choose_library, requested_library, resolve
+
+log = get_logger("skilld.mcp")
 
 
 def cmd_mcp(config: Config, args: argparse.Namespace) -> int:
@@ -44,15 +47,25 @@ def served_library(config: Config, name: str | None) -> str:
 
 
 def lazy_tools(config: Config, library: str) -> CallTool:
-    """The tools over `library`, their code imported on the first call."""
+    """The tools over `library`, their code imported on the first call. A call that fails
+    unexpectedly (a bug, the environment) is the tool's error, logged, and the server goes on
+    serving the agent's session."""
     loaded: list[CallTool] = []
 
     def call_tool(tool: str, arguments: Mapping[str, str | None]) -> dict[str, Any] | str:
-        if not loaded:
-            from skilld.mcp_tools import SkillTools
+        try:
+            if not loaded:
+                from skilld.mcp_tools import SkillTools
 
-            loaded.append(SkillTools(config, library))
-        return loaded[0](tool, arguments)
+                loaded.append(SkillTools(config, library))
+            return loaded[0](tool, arguments)
+        except Refused:
+            raise
+        except Exception as exc:
+            import traceback
+
+            log.error("tool_failed", tool=tool, error=repr(exc), traceback=traceback.format_exc())
+            raise Refused(f"{tool} failed: {type(exc).__name__}: {exc}") from None
 
     return call_tool
 
