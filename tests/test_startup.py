@@ -99,6 +99,63 @@ def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: l
         assert {m for m in loaded["modules"] if m.startswith("skilld")} == HOOK_MODULES
 
 
+#: All of skilld `skilld mcp` loads before it answers `initialize` and `tools/list`: the config,
+#: the routing and the protocol. The tools' code loads on the first call.
+MCP_HANDSHAKE_MODULES = {
+    "skilld",
+    "skilld._config_cache",
+    "skilld.cli",
+    "skilld.commands",
+    "skilld.commands.common",
+    "skilld.commands.mcp",
+    "skilld.config",
+    "skilld.errors",
+    "skilld.fsutil",
+    "skilld.log",
+    "skilld.mcp_server",
+    "skilld.routing",
+}
+#: What the handshake does without, beyond `HEAVY`: the MCP SDK and what it is built on, and
+#: the state's SQLite.
+MCP_HANDSHAKE_AVOIDS = ("mcp", "mcp_types", "pydantic", "pydantic_core", "jsonschema", "sqlite3")
+
+
+def mcp_line(method: str, request_id: int | None = None, **params: object) -> str:
+    message = {"jsonrpc": "2.0", "method": method, "params": params}
+    return json.dumps(message if request_id is None else {**message, "id": request_id}) + "\n"
+
+
+HANDSHAKE = (
+    mcp_line("initialize", 1, protocolVersion="2025-06-18", capabilities={})
+    + mcp_line("notifications/initialized")
+    + mcp_line("tools/list", 2)
+)
+
+
+@pytest.mark.parametrize("called", [False, True], ids=["handshake", "then a call"])
+def test_the_mcp_handshake_loads_the_protocol_only(workspace: Workspace, called: bool) -> None:
+    """What `skilld mcp` has imported once it has answered the handshake; and the probe can
+    see more: a tool call loads the tools' code."""
+    workspace.write_config()
+    assert workspace.cli("skills", "list").returncode == 0  # the config cached, as above
+    report = workspace.root / "modules.json"
+    call = mcp_line("tools/call", 3, name="skill_list", arguments={}) if called else ""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(report), "mcp"],
+        input=HANDSHAKE + call, env=workspace.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    answered = [json.loads(line)["id"] for line in result.stdout.splitlines()]
+    assert answered == ([1, 2, 3] if called else [1, 2])
+    loaded = set(json.loads(report.read_text())["modules"])
+    skilld_modules = {m for m in loaded if m.startswith("skilld")}
+    if called:
+        assert {"skilld.mcp_tools", "skilld.skills.library", "sqlite3"} <= loaded
+        return
+    assert skilld_modules == MCP_HANDSHAKE_MODULES
+    assert [m for m in (*HEAVY, *AVOIDED, *MCP_HANDSHAKE_AVOIDS) if m in loaded] == []
+
+
 def test_the_group_table_names_the_module_of_every_command() -> None:
     """`GROUPS` lets a command line import one command module; it must name the module whose
     `COMMANDS` holds each command, and a line naming no known command still gets every one."""

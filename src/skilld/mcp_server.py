@@ -1,37 +1,25 @@
-"""`skilld mcp`: the skill library as MCP tools on stdio, for agents.
+"""`skilld mcp`'s protocol: MCP's JSON-RPC 2.0 over stdio, spoken directly.
 
-Four tools over one library (`skilld mcp --library NAME`, else `$SKILLD_LIBRARY`, else the
-only library), under the same ownership rules as the CLI (every change goes through `Library`,
-attributed to source `tool` in the event log): `skill_write`, `skill_delete`, `skill_list` and
-`skill_view`. A refusal (a human or pinned skill, a bad name, the cap) comes back as a tool
-error carrying the reason; it never ends the server.
-
-An agent writes skills from its own context, which can hold tool output with secrets in it:
-what `skill_write` receives is redacted like a learned skill, and new skills count against
-the library's cap like learned ones.
-
-The `mcp` SDK (2.x) is an optional extra, imported only when the server is built.
+An agent waits about a second for an MCP server that is not marked required before its first
+request goes out without that server's tools, and importing the `mcp` SDK alone takes longer
+than that. The part of MCP a tool server needs is small: `initialize`, `ping`, `tools/list` and
+`tools/call`, one JSON message per line each way. So `handle` answers a message from the
+tools table below, a pure function of the message; `serve` is the stdio around it; and the
+tools themselves (`skilld.mcp_tools`, which loads the library code) are called through
+`call_tool` on the first call that needs them. Nothing here imports more than `json`.
 """
 
-from __future__ import annotations
-
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import IO, Any, NamedTuple
 
 from skilld import __version__
-from skilld.app import open_app
-from skilld.config import Config
-from skilld.errors import SkilldError
-from skilld.redact import merge_counts, redact
-from skilld.reports import tool_skill_rows
-from skilld.skills.document import SkillDoc
-from skilld.skills.library import Library, Origin, Written
 
-if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
-
-TOOL = Origin(source="tool")
+#: The revisions of MCP this server speaks, newest first. A client asking for another gets the
+#: newest, and decides whether it can go on.
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 
 INSTRUCTIONS = (
     "skilld keeps this agent's library of reusable skills (Markdown playbooks). Call skill_list "
@@ -40,136 +28,262 @@ INSTRUCTIONS = (
     "hub, or pinned cannot be changed through these tools."
 )
 
-
-class MCPUnavailable(RuntimeError):
-    """The optional `mcp` package is not installed."""
+# JSON-RPC 2.0's error codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
 
 
 class Refused(Exception):
-    """A tool call that skilld refused; the message is for the agent."""
+    """A tool call skilld refused (or could not do); the message is for the agent."""
 
 
-class SkillTools:
-    """The tools as plain methods over one library; each call opens the state afresh, so the
-    server sees what the daemon and the CLI changed in the meantime."""
+class Param(NamedTuple):
+    """A tool's string argument."""
 
-    def __init__(self, config: Config, library: str) -> None:
-        self.config = config
-        self.library = library
-
-    def write(
-        self, name: str, description: str, content: str, when_to_use: str | None = None
-    ) -> dict[str, Any]:
-        redactions = [redact(text) for text in (description, when_to_use or "", content)]
-        counts = merge_counts(*(r.counts for r in redactions))
-        description, when_to_use, content = (r.text for r in redactions)
-        doc = SkillDoc(
-            name=name, description=description, when_to_use=when_to_use or None, body=content
-        )
-        with self._library() as library:
-            if counts:
-                library.state.add_event(
-                    "redacted",
-                    library=library.name,
-                    skill=name,
-                    source=TOOL.source,
-                    detail={"counts": counts, "stage": "tool"},
-                )
-            result = library.apply(doc, TOOL)
-        return {
-            "outcome": result.kind if isinstance(result, Written) else "unchanged",
-            "name": result.name,
-            "path": str(result.path),
-            "redacted": counts,
-        }
-
-    def delete(self, name: str) -> dict[str, Any]:
-        with self._library() as library:
-            deleted = library.delete(name, TOOL)
-        return {"deleted": name, "path": str(deleted.path), "kept": list(deleted.kept)}
-
-    def list(self) -> dict[str, Any]:
-        with self._library() as library:
-            skills = tool_skill_rows(library)
-        return {"skills": skills}
-
-    def view(self, name: str) -> str:
-        with self._library() as library:
-            entry = library.get(name)
-            if entry is None:
-                raise Refused(f"no skill named {name}")
-            if entry.error:  # e.g. a link out of the skills dir: never read through it
-                raise Refused(f"{entry.name} is broken: {entry.error}")
-            text = entry.path.read_text(encoding="utf-8", errors="replace")
-            library.usage.bump(entry.name, "view")
-        return text
-
-    @contextlib.contextmanager
-    def _library(self) -> Iterator[Library]:
-        try:
-            with open_app(self.config) as app:
-                yield app.select(self.library)
-        except SkilldError as exc:
-            raise Refused(str(exc)) from None
-        except OSError as exc:
-            where = f": {exc.filename}" if exc.filename else ""
-            raise Refused(f"{exc.strerror or exc}{where}") from None
+    name: str
+    description: str
+    required: bool = True
 
 
-def build_server(config: Config, library: str) -> MCPServer:
-    """The MCP server with the four tools over `library`. Raises MCPUnavailable without the
-    `mcp` extra."""
+class Tool(NamedTuple):
+    name: str
+    title: str
+    description: str
+    params: tuple[Param, ...]
+    #: The JSON Schema of the result's `structuredContent`.
+    output: Mapping[str, Any]
+    #: MCP's behaviour hints: what the tool changes, so agents ask before the right calls.
+    hints: Mapping[str, bool]
+
+
+#: Calls a tool by name with its checked arguments (each a string, an absent optional one
+#: None); returns the result, raises Refused.
+CallTool = Callable[[str, Mapping[str, str | None]], dict[str, Any] | str]
+
+NAME = Param("name", "The skill's name: kebab-case, as skill_list shows it.")
+
+
+def _object(properties: Mapping[str, Any], required: tuple[str, ...]) -> dict[str, Any]:
+    return {"type": "object", "properties": dict(properties), "required": list(required)}
+
+
+_STRING = {"type": "string"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "skill_write",
+        "Write a skill",
+        "Create a skill, or update one skilld manages. `content` is the Markdown body (no "
+        "frontmatter); `whenToUse` says when an agent should load it.",
+        (
+            NAME,
+            Param("description", "One line: what the skill does, for choosing it."),
+            Param("content", "The Markdown body: the steps, without frontmatter."),
+            Param("whenToUse", "When an agent should load the skill.", required=False),
+        ),
+        _object(
+            {
+                "outcome": {"type": "string", "enum": ["created", "updated", "unchanged"]},
+                "name": _STRING,
+                "path": _STRING,
+                "redacted": {"type": "object", "additionalProperties": {"type": "integer"}},
+            },
+            ("outcome", "name", "path", "redacted"),
+        ),
+        # It replaces only a skill skilld wrote (the old version stays in history): additive to
+        # everything else; the same call twice changes nothing the second time.
+        {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
+    ),
+    Tool(
+        "skill_delete",
+        "Delete a skill",
+        "Delete a skill skilld manages (its last version stays in history).",
+        (NAME,),
+        _object(
+            {"deleted": _STRING, "path": _STRING, "kept": {"type": "array", "items": _STRING}},
+            ("deleted", "path", "kept"),
+        ),
+        {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+    ),
+    Tool(
+        "skill_list",
+        "List skills",
+        "Every skill with its owner, whether skilld manages it, its state (active, stale), "
+        "whether it is pinned, and its usage counts.",
+        (),
+        _object(
+            {
+                "skills": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "name": _STRING,
+                            "owner": _STRING,
+                            "managed": {"type": "boolean"},
+                            "state": _STRING,
+                            "pinned": {"type": "boolean"},
+                            "description": _NULLABLE_STRING,
+                            "use_count": {"type": "integer"},
+                            "view_count": {"type": "integer"},
+                            "patch_count": {"type": "integer"},
+                            "last_activity_at": _NULLABLE_STRING,
+                            "path": _STRING,
+                            "broken": _NULLABLE_STRING,
+                        },
+                        ("name", "owner", "managed", "state", "pinned", "path"),
+                    ),
+                }
+            },
+            ("skills",),
+        ),
+        {"readOnlyHint": True},
+    ),
+    Tool(
+        "skill_view",
+        "View a skill",
+        "The full text of a skill file; counts as a view of the skill.",
+        (NAME,),
+        _object({"result": _STRING}, ("result",)),
+        # Reading bumps the skill's view count in skilld's own sidecar, nothing else.
+        {"readOnlyHint": True},
+    ),
+)
+
+TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
+
+
+def tool_listing(tool: Tool) -> dict[str, Any]:
+    """`tool` as `tools/list` gives it. The title goes both where MCP 2025-06-18 put it and in
+    the annotations, where 2025-03-26 did."""
+    params = tool.params
+    return {
+        "name": tool.name,
+        "title": tool.title,
+        "description": tool.description,
+        "inputSchema": _object(
+            {param.name: {"type": "string", "description": param.description} for param in params},
+            tuple(param.name for param in params if param.required),
+        ),
+        "outputSchema": dict(tool.output),
+        "annotations": {"title": tool.title, **tool.hints, "openWorldHint": False},
+    }
+
+
+def handle(message: Any, call_tool: CallTool) -> dict[str, Any] | None:
+    """The response to one decoded message, or None for a notification (and for a response
+    from the client: this server sends no requests)."""
+    if not isinstance(message, dict):
+        return _error(None, INVALID_REQUEST, "expected a JSON-RPC message object")
+    if "method" not in message and ("result" in message or "error" in message):
+        return None
+    request_id = message.get("id")
+    is_notification = "id" not in message
+    if not (is_notification or _valid_id(request_id)):
+        return _error(None, INVALID_REQUEST, "the id must be a string or a number")
+    method, params = message.get("method"), message.get("params", {})
+    if message.get("jsonrpc") != "2.0" or not isinstance(method, str):
+        return None if is_notification else _error(request_id, INVALID_REQUEST, "not JSON-RPC 2.0")
+    if is_notification:
+        return None  # notifications/initialized, notifications/cancelled: nothing to do
+    if not isinstance(params, dict):
+        return _error(request_id, INVALID_PARAMS, "params must be an object")
+    if method == "initialize":
+        return _result(request_id, _initialize(params))
+    if method == "ping":
+        return _result(request_id, {})
+    if method == "tools/list":
+        return _result(request_id, {"tools": [tool_listing(tool) for tool in TOOLS]})
+    if method == "tools/call":
+        return _call(request_id, params, call_tool)
+    return _error(request_id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+
+def _initialize(params: Mapping[str, Any]) -> dict[str, Any]:
+    asked = params.get("protocolVersion")
+    return {
+        "protocolVersion": asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": "skilld", "title": "skilld", "version": __version__},
+        "instructions": INSTRUCTIONS,
+    }
+
+
+def _call(request_id: Any, params: Mapping[str, Any], call_tool: CallTool) -> dict[str, Any]:
+    name, arguments = params.get("name"), params.get("arguments") or {}
+    tool = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
+    if tool is None:
+        return _error(request_id, INVALID_PARAMS, f"unknown tool: {name}")
+    if not isinstance(arguments, dict):
+        return _error(request_id, INVALID_PARAMS, "arguments must be an object")
+    # A bad argument is the model's to correct, so it comes back as the tool's error.
     try:
-        from mcp.server.mcpserver import MCPServer
-        from mcp.server.mcpserver.exceptions import ToolError
-    except ImportError as exc:
-        raise MCPUnavailable(
-            f"the MCP server needs the mcp package (>= 2): install skilld[mcp] ({exc})"
-        ) from None
-
-    tools = SkillTools(config, library)
-    server: MCPServer = MCPServer(
-        name="skilld", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
+        checked = {param.name: _argument(tool, param, arguments) for param in tool.params}
+        result = call_tool(tool.name, checked)
+    except Refused as exc:
+        return _result(request_id, {"content": [_text(str(exc))], "isError": True})
+    if isinstance(result, str):
+        text, structured = result, {"result": result}
+    else:
+        text, structured = json.dumps(result, indent=2, ensure_ascii=False), result
+    return _result(
+        request_id, {"content": [_text(text)], "structuredContent": structured, "isError": False}
     )
 
-    @contextlib.contextmanager
-    def as_tool_error() -> Iterator[None]:
-        try:
-            yield
-        except Refused as exc:
-            raise ToolError(str(exc)) from None
 
-    @server.tool(
-        description="Create a skill, or update one skilld manages. `content` is the Markdown "
-        "body (no frontmatter); `whenToUse` says when an agent should load it."
-    )
-    def skill_write(
-        name: str, description: str, content: str, whenToUse: str | None = None
-    ) -> dict[str, Any]:
-        with as_tool_error():
-            return tools.write(name, description, content, whenToUse)
-
-    @server.tool(description="Delete a skill skilld manages (its last version stays in history).")
-    def skill_delete(name: str) -> dict[str, Any]:
-        with as_tool_error():
-            return tools.delete(name)
-
-    @server.tool(
-        description="Every skill with its owner, whether skilld manages it, its state "
-        "(active, stale), whether it is pinned, and its usage counts."
-    )
-    def skill_list() -> dict[str, Any]:
-        with as_tool_error():
-            return tools.list()
-
-    @server.tool(description="The full text of a skill file; counts as a view of the skill.")
-    def skill_view(name: str) -> str:
-        with as_tool_error():
-            return tools.view(name)
-
-    return server
+def _argument(tool: Tool, param: Param, arguments: Mapping[str, Any]) -> str | None:
+    value = arguments.get(param.name)
+    if isinstance(value, str) or (value is None and not param.required):
+        return value
+    if value is None:
+        raise Refused(f"{tool.name}: the argument {param.name!r} is required")
+    raise Refused(f"{tool.name}: the argument {param.name!r} must be a string")
 
 
-def serve(config: Config, library: str) -> None:
-    """Run the server on stdin/stdout until the client closes it."""
-    build_server(config, library).run("stdio")
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _text(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+def _result(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def _error(request_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def answer(line: bytes, call_tool: CallTool) -> dict[str, Any] | None:
+    """The response to one line of input (a parse error gets one too; a blank line none)."""
+    if not line.strip():
+        return None
+    try:
+        message = json.loads(line)
+    except ValueError:  # not JSON, or not UTF-8
+        return _error(None, PARSE_ERROR, "not a JSON message")
+    return handle(message, call_tool)
+
+
+def serve(call_tool: CallTool, reader: IO[bytes], writer: IO[bytes]) -> None:
+    """Answer each line of `reader` on `writer` until `reader` ends."""
+    for line in reader:
+        response = answer(line, call_tool)
+        if response is not None:
+            writer.write(
+                json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            )
+            writer.flush()
+
+
+def serve_stdio(call_tool: CallTool) -> None:
+    """`serve` on stdin and stdout. Whatever else prints goes to stderr: stdout carries only
+    the protocol."""
+    writer = sys.stdout.buffer
+    sys.stdout = sys.stderr
+    with contextlib.suppress(BrokenPipeError):  # the client went away mid-answer
+        serve(call_tool, sys.stdin.buffer, writer)

@@ -1,0 +1,114 @@
+"""The four tools `skilld mcp` serves, over one library.
+
+`skill_write`, `skill_delete`, `skill_list` and `skill_view` act under the same ownership rules
+as the CLI (every change goes through `Library`, attributed to source `tool` in the event log).
+A refusal (a human or pinned skill, a bad name, the cap) comes back as the tool's error
+carrying the reason; it never ends the server.
+
+An agent writes skills from its own context, which can hold tool output with secrets in it:
+what `skill_write` receives is redacted like a learned skill, and new skills count against
+the library's cap like learned ones.
+
+The server (`skilld.mcp_server`) imports this module on the first tool call, not before its
+handshake: the library code, SQLite and the redaction patterns are most of skilld's start-up.
+"""
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from skilld.app import open_app
+from skilld.config import Config
+from skilld.errors import SkilldError
+from skilld.mcp_server import Refused
+from skilld.redact import merge_counts, redact
+from skilld.reports import tool_skill_rows
+from skilld.skills.document import SkillDoc
+from skilld.skills.library import Library, Origin, Written
+
+TOOL = Origin(source="tool")
+
+
+class SkillTools:
+    """The tools as plain methods over one library; each call opens the state afresh, so the
+    server sees what the daemon and the CLI changed in the meantime."""
+
+    def __init__(self, config: Config, library: str) -> None:
+        self.config = config
+        self.library = library
+
+    def __call__(self, tool: str, arguments: Mapping[str, str | None]) -> dict[str, Any] | str:
+        """Run `tool` (a name from `mcp_server.TOOLS`) with its checked arguments."""
+        name = arguments.get("name") or ""
+        if tool == "skill_write":
+            return self.write(
+                name,
+                arguments["description"] or "",
+                arguments["content"] or "",
+                arguments["whenToUse"],
+            )
+        if tool == "skill_delete":
+            return self.delete(name)
+        if tool == "skill_list":
+            return self.list()
+        if tool == "skill_view":
+            return self.view(name)
+        raise Refused(f"unknown tool: {tool}")
+
+    def write(
+        self, name: str, description: str, content: str, when_to_use: str | None = None
+    ) -> dict[str, Any]:
+        redactions = [redact(text) for text in (description, when_to_use or "", content)]
+        counts = merge_counts(*(r.counts for r in redactions))
+        description, when_to_use, content = (r.text for r in redactions)
+        doc = SkillDoc(
+            name=name, description=description, when_to_use=when_to_use or None, body=content
+        )
+        with self._library() as library:
+            if counts:
+                library.state.add_event(
+                    "redacted",
+                    library=library.name,
+                    skill=name,
+                    source=TOOL.source,
+                    detail={"counts": counts, "stage": "tool"},
+                )
+            result = library.apply(doc, TOOL)
+        return {
+            "outcome": result.kind if isinstance(result, Written) else "unchanged",
+            "name": result.name,
+            "path": str(result.path),
+            "redacted": counts,
+        }
+
+    def delete(self, name: str) -> dict[str, Any]:
+        with self._library() as library:
+            deleted = library.delete(name, TOOL)
+        return {"deleted": name, "path": str(deleted.path), "kept": list(deleted.kept)}
+
+    def list(self) -> dict[str, Any]:
+        with self._library() as library:
+            skills = tool_skill_rows(library)
+        return {"skills": skills}
+
+    def view(self, name: str) -> str:
+        with self._library() as library:
+            entry = library.get(name)
+            if entry is None:
+                raise Refused(f"no skill named {name}")
+            if entry.error:  # e.g. a link out of the skills dir: never read through it
+                raise Refused(f"{entry.name} is broken: {entry.error}")
+            text = entry.path.read_text(encoding="utf-8", errors="replace")
+            library.usage.bump(entry.name, "view")
+        return text
+
+    @contextlib.contextmanager
+    def _library(self) -> Iterator[Library]:
+        try:
+            with open_app(self.config) as app:
+                yield app.select(self.library)
+        except SkilldError as exc:
+            raise Refused(str(exc)) from None
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            raise Refused(f"{exc.strerror or exc}{where}") from None
