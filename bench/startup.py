@@ -1,6 +1,6 @@
 """How fast the one-shot commands an agent's hook calls start, beside a bare interpreter.
 
-    python bench/startup.py [--runs 15]
+    python bench/startup.py [--runs 15] [--smoke]
 
 Agents call `skilld usage use NAME` from hooks that run on every matching tool call,
 synchronously, so its start-up is what the agent waits for. A hook runs the `skilld` console
@@ -93,7 +93,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--json", action="store_true", help="one JSON line of the figures")
+    parser.add_argument("--smoke", action="store_true", help="one run of each command")
     args = parser.parse_args()
+    runs = 1 if args.smoke else args.runs
     commands = {
         "usage use NAME": ["usage", "use", "run-tests"],
         "skills list --json": ["skills", "list", "--json"],
@@ -102,18 +104,20 @@ def main() -> None:
     bare_command = [sys.executable, "-c", "pass"]
     with tempfile.TemporaryDirectory() as tmp:
         env = workspace(Path(tmp))
-        rows = []
+        rows: list[tuple[str, float, float, float]] = []
         script = console_script()
         for label, argv in commands.items():
             command = [sys.executable, "-c", script, *argv]
-            floor = floor_command(command, env)
+            floor_argv = floor_command(command, env)
             timed(command, env)  # warm the page cache and bytecode
-            own, imports, bare = [], [], []
-            for _ in range(args.runs):
-                own.append(timed(command, env))
-                imports.append(timed(floor, env))
-                bare.append(timed(bare_command, env))
-            rows.append((label, *map(statistics.median, (own, imports, bare))))
+            samples: tuple[list[float], list[float], list[float]] = ([], [], [])
+            for _ in range(runs):
+                for times, argv_timed in zip(
+                    samples, (command, floor_argv, bare_command), strict=True
+                ):
+                    times.append(timed(argv_timed, env))
+            own_s, floor_s, bare_s = (statistics.median(times) for times in samples)
+            rows.append((label, own_s, floor_s, bare_s))
     if args.json:
         figures = {
             label: {"ms": own * 1000, "floor_ms": floor * 1000, "bare_ms": bare * 1000}
@@ -130,7 +134,7 @@ def main() -> None:
             f"{label:<22} {own * 1000:>7.1f}ms {floor * 1000:>17.1f}ms {bare * 1000:>13.1f}ms"
             f" {own / bare:>6.2f}× {floor / bare:>6.2f}×  ≤ {TARGET:g}×"
         )
-    print(f"(median of {args.runs} runs each, alternating; ratios against python -c pass)")
+    print(f"(median of {runs} runs each, alternating; ratios against python -c pass)")
 
 
 if __name__ == "__main__":
