@@ -19,6 +19,7 @@ from skilld.log import get_logger
 if TYPE_CHECKING:
     from skilld.app import App
     from skilld.skills.library import Library
+    from skilld.skills.usage import State
     from skilld.state import StateDB
     from skilld.sync import SyncReport
 
@@ -116,15 +117,19 @@ def _side(host: str | None, winner: str, *, lost: bool = False) -> str:
 
 def follow_archive_moves(library: Library) -> None:
     """After a round that pulled: this host's usage records follow the archives and restores
-    teammates made (a record's `state` is host-local, the files are the team's)."""
+    teammates made (a record's `state` is host-local, the files are the team's). One read of
+    the sidecar and one write, however many skills a round moved."""
     archived = library.archived()
+    moves: dict[str, State] = {}
     for name, record in library.usage.read().items():
         # Only the few records that may disagree look at their skill's files.
         if record.get("state") == "archived":
             if library.entry(name, parse=False) is not None:
-                library.usage.set_state(name, "active")
+                moves[name] = "active"
         elif name in archived and library.entry(name, parse=False) is None:
-            library.usage.set_state(name, "archived")
+            moves[name] = "archived"
+    if moves:
+        library.usage.set_states(moves)
 
 
 def team_libraries(app: App) -> list[Library]:

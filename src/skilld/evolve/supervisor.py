@@ -770,7 +770,7 @@ class Evolver:
             existing is not None
             and existing.doc is not None
             and not body["merged"]
-            and library.protection(existing) is None
+            and library.protection(existing, library.usage_record(existing.name)) is None
             and not same_text(existing.doc, doc, library.dialect)
         ):
             merged = await self._merge(existing.doc, doc, kept, library, report, spend)
