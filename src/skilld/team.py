@@ -9,8 +9,6 @@ fetches, replays this host's commits onto the remote and pushes; each conflict i
 
 from __future__ import annotations
 
-import os
-import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +22,6 @@ if TYPE_CHECKING:
     from skilld.sync import SyncReport
 
 _log = get_logger("skilld.team")
-
-
-def host_id(configured: str) -> str:
-    """This machine's id in the team: `[sync] host`, else the hostname made a usable id."""
-    if configured:
-        return configured
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.uname().nodename).strip("-._")
-    return (name or "host")[:63]
 
 
 def meta_key(library: str) -> str:

@@ -80,9 +80,9 @@ from skilld.skills.library import (
     Written,
 )
 from skilld.state import Held, KeptProposal, SessionState
-from skilld.transcripts.model import Message
+from skilld.transcripts.model import Message, SkillSignal
 from skilld.transcripts.normalise import cut_text
-from skilld.transcripts.signals import SkillSignal, skill_signals
+from skilld.transcripts.signals import skill_signals
 
 #: state.db meta: the wall-clock times of the LLM calls of the last hour (the spend cap).
 SPEND_KEY = "llm_spend"
