@@ -1,6 +1,7 @@
 """The curator's lifecycle pass over 100, 1,000 and 10,000 managed skills, against a baseline.
 
-Run: `/work/venv/bin/python bench/curator.py [--sizes 100,1000,10000] [--dir PATH]`
+Run: `python bench/curator.py [--sizes 100,1000,10000] [--dir PATH] [--smoke]`
+(`--smoke`: 100 skills, to check that it still runs.)
 
 Each size is built once: N managed skills (rendered skill files plus the provenance rows that
 make them skilld's, exactly what `Library.write` records), and a usage sidecar whose last
@@ -148,17 +149,20 @@ def timed(template: Path, work: Path, run: Callable[[App], int]) -> tuple[float,
         app.state.close()
 
 
-def measure_baseline(template: Path, work: Path, size: int, budget: float) -> tuple[float, bool]:
-    """Seconds for the full baseline pass, or an extrapolation from a sample (True): every
-    k-th skill, so the sample moves the same share of skills as the pass."""
+def measure_baseline(
+    template: Path, work: Path, size: int, budget: float
+) -> tuple[float, int | None]:
+    """Seconds for the full baseline pass and the skills it moved, or an extrapolation from a
+    sample (moved: None): every k-th skill, so the sample moves the same share of skills as the
+    pass."""
     every = max(1, size // 200)
-    seconds, _ = timed(template, work, lambda app: baseline_pass(app, every=every))
+    seconds, moved = timed(template, work, lambda app: baseline_pass(app, every=every))
     projected = seconds * every
     if every == 1 or projected <= budget:
         if every > 1:
-            seconds, _ = timed(template, work, baseline_pass)
-        return seconds, False
-    return projected, True
+            seconds, moved = timed(template, work, baseline_pass)
+        return seconds, moved
+    return projected, None
 
 
 def main() -> int:
@@ -166,9 +170,11 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--dir", help="where to build (default: a temp dir, removed after)")
     parser.add_argument("--baseline-budget", type=float, default=120.0)
+    parser.add_argument("--smoke", action="store_true", help="100 skills only")
     args = parser.parse_args()
     configure_logging("json", "warning")  # event lines on stderr would time the terminal
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [100] if args.smoke else [int(s) for s in args.sizes.split(",")]
+    disagreements = 0
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="skilld-bench-curator-"))
     print(f"{'scenario':<9} {'skills':>6} {'moved':>6} {'skilld':>9} {'baseline':>10} {'ratio':>7}")
     try:
@@ -179,18 +185,21 @@ def main() -> int:
                     build(template, size, steady=scenario == "daily")
                 work = base / "work"
                 ours, moved = timed(template, work, skilld_pass)
-                theirs, estimated = measure_baseline(template, work, size, args.baseline_budget)
-                mark = "~" if estimated else " "
+                theirs, their_moved = measure_baseline(template, work, size, args.baseline_budget)
+                mark = "~" if their_moved is None else " "
                 print(
                     f"{scenario:<9} {size:>6} {moved:>6} {ours:>8.2f}s {mark}{theirs:>8.2f}s"
                     f" {theirs / ours:>6.1f}x",
                     flush=True,
                 )
+                if their_moved is not None and their_moved != moved:
+                    print(f"  the baseline moved {their_moved} skills, skilld {moved}")
+                    disagreements += 1
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
     print("~ = extrapolated from every k-th skill of the pass (~200 skills; over the budget)")
-    return 0
+    return 1 if disagreements else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """How fast the one-shot commands an agent's hook calls start, and how soon `skilld mcp`
 answers an agent's `initialize`, beside a bare interpreter.
 
-    python bench/startup.py [--runs 15]
+    python bench/startup.py [--runs 15] [--smoke]
 
 Agents call `skilld usage use NAME` from hooks that run on every matching tool call,
 synchronously, so its start-up is what the agent waits for. A hook runs the `skilld` console
@@ -130,7 +130,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--json", action="store_true", help="one JSON line of the figures")
+    parser.add_argument("--smoke", action="store_true", help="one run of each command")
     args = parser.parse_args()
+    runs = 1 if args.smoke else args.runs
     commands = {
         "usage use NAME": ["usage", "use", "run-tests"],
         "skills list --json": ["skills", "list", "--json"],
@@ -139,19 +141,21 @@ def main() -> None:
     bare_command = [sys.executable, "-c", "pass"]
     with tempfile.TemporaryDirectory() as tmp:
         env = workspace(Path(tmp))
-        rows = []
+        rows: list[tuple[str, float, float, float]] = []
         script = console_script()
         for label, argv in commands.items():
             command = [sys.executable, "-c", script, *argv]
-            floor = floor_command(command, env)
+            floor_argv = floor_command(command, env)
             timed(command, env)  # warm the page cache and bytecode
-            own, imports, bare = [], [], []
-            for _ in range(args.runs):
-                own.append(timed(command, env))
-                imports.append(timed(floor, env))
-                bare.append(timed(bare_command, env))
-            rows.append((label, *map(statistics.median, (own, imports, bare))))
-        rows.append(mcp_handshake(script, env, args.runs))
+            samples: tuple[list[float], list[float], list[float]] = ([], [], [])
+            for _ in range(runs):
+                for times, argv_timed in zip(
+                    samples, (command, floor_argv, bare_command), strict=True
+                ):
+                    times.append(timed(argv_timed, env))
+            own_s, floor_s, bare_s = (statistics.median(times) for times in samples)
+            rows.append((label, own_s, floor_s, bare_s))
+        rows.append(mcp_handshake(script, env, runs))
     if args.json:
         figures = {
             label: {"ms": own * 1000, "floor_ms": floor * 1000, "bare_ms": bare * 1000}
@@ -170,7 +174,7 @@ def main() -> None:
             f" {own / bare:>6.2f}× {floor / bare:>6.2f}×  {target}"
         )
     print(
-        f"(median of {args.runs} runs each, alternating; ratios against python -c pass, and for"
+        f"(median of {runs} runs each, alternating; ratios against python -c pass, and for"
         " mcp against an interpreter that answers a line)"
     )
 
@@ -181,12 +185,12 @@ def mcp_handshake(script: str, env: dict[str, str], runs: int) -> tuple[str, flo
     floor = floor_command(command, env, stdin=MCP_INITIALIZE, then=ANSWER_A_LINE)
     bare_command = [sys.executable, "-c", ANSWER_A_LINE]
     answered(command, env)  # warm the page cache and bytecode
-    own, imports, bare = [], [], []
+    samples: tuple[list[float], list[float], list[float]] = ([], [], [])
     for _ in range(runs):
-        own.append(answered(command, env))
-        imports.append(answered(floor, env))
-        bare.append(answered(bare_command, env))
-    return (MCP_ROW, *map(statistics.median, (own, imports, bare)))
+        for times, argv_timed in zip(samples, (command, floor, bare_command), strict=True):
+            times.append(answered(argv_timed, env))
+    own, imports, bare = (statistics.median(times) for times in samples)
+    return MCP_ROW, own, imports, bare
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 cost of one `skilld sync`.
 
 Run: `python bench/sync.py [--hosts 10] [--skills 100] [--per-round 10] [--repeat 5]
-      [--dir PATH]`
+      [--dir PATH] [--smoke]` (`--smoke`: 2 hosts, one skill each, one run per case)
 
 Each host is its own skilld installation (config, state dir, skills dir, `[sync] host`) whose
 `[skills]` library has the same bare repository as `remote`. Every skill is created with
@@ -234,7 +234,10 @@ def main() -> int:
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--smoke", action="store_true", help="2 hosts, 1 skill each, 1 run")
     args = parser.parse_args()
+    if args.smoke:
+        args.hosts, args.skills, args.per_round, args.repeat = 2, 1, 1, 1
     base = Path(tempfile.mkdtemp(prefix="skilld-bench-sync-", dir=args.dir))
     try:
         remote, team = open_team(base / "team", max(args.hosts, 2))

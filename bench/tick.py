@@ -1,7 +1,8 @@
 """Tick cost, beside baselines run in the same process (machines here are noisy, ratios are not).
 
     python bench/tick.py            # full sizes (10,000 sessions, 1 GB history)
-    python bench/tick.py --quick    # smaller sizes, for a smoke run
+    python bench/tick.py --quick    # smaller sizes
+    python bench/tick.py --smoke    # tiny sizes, one run each: does every row still run?
 
 Rows:
 - idle tick over N session files   vs  listing and stat-ing the same files     (target ≤ 3×)
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from skilld.app import open_app  # noqa: E402
-from skilld.config import build_config  # noqa: E402
+from skilld.config import Config, build_config  # noqa: E402
 from skilld.evolve.supervisor import Evolver  # noqa: E402
 from skilld.evolve.wiring import bind_sources  # noqa: E402
 from skilld.llm import LLMClient, LLMSettings  # noqa: E402
@@ -45,7 +46,7 @@ def best_of(runs: int, action: Callable[[], object]) -> float:
     return min(times)
 
 
-def make_config(root: Path, sessions: Path, **evolve: object) -> object:
+def make_config(root: Path, sessions: Path, **evolve: object) -> Config:
     return build_config(
         {
             "skills": {"dir": str(root / "skills")},
@@ -64,10 +65,10 @@ class Harness:
 
     def __init__(self, root: Path, sessions: Path, **evolve: object) -> None:
         self.config = make_config(root, sessions, **evolve)
-        self._app_cm = open_app(self.config, prepare=True)  # type: ignore[arg-type]
+        self._app_cm = open_app(self.config, prepare=True)
         self.app = self._app_cm.__enter__()
         self.llm = LLMClient(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"))
-        bindings = bind_sources(self.config, self.app.routing)  # type: ignore[arg-type]
+        bindings = bind_sources(self.config, self.app.routing)
         self.evolver = Evolver(self.app, self.llm, bindings)
 
     def tick(self) -> None:
@@ -134,7 +135,7 @@ def append_row(history_bytes: int, runs: int) -> tuple[str, float, float]:
 
     with_history = measure(history_bytes)
     without = measure(0)
-    return f"1 MB append, {history_bytes / 1e9:.1f} GB history", with_history, without
+    return f"1 MB append, {history_bytes / 1e9:g} GB history", with_history, without
 
 
 def held_row(held_messages: int, runs: int) -> tuple[str, float, float]:
@@ -159,7 +160,7 @@ def held_row(held_messages: int, runs: int) -> tuple[str, float, float]:
                 harness.tick()
                 times.append(time.perf_counter() - started)
             held = harness.app.state.session("jsonl:held")
-            assert held is not None and held.held.count == initial + runs
+            assert held is not None and held.held.size == initial + runs
             harness.close()
             return min(times)
 
@@ -168,11 +169,11 @@ def held_row(held_messages: int, runs: int) -> tuple[str, float, float]:
     return f"1 append, session holding {held_messages:,} messages", with_held, without
 
 
-def dsh_row() -> tuple[str, float, float] | None:
+def dsh_row(smoke: bool) -> tuple[str, float, float] | None:
     bench = ROOT / "bench" / "dsh_append.py"
     if not bench.exists():
         return None
-    args = [sys.executable, str(bench), "--json"]
+    args = [sys.executable, str(bench), "--json", *(["--smoke"] if smoke else [])]
     # Exit status 1 is also a ratio over its target: the row shows it, as every other row would.
     result = subprocess.run(args, capture_output=True, text=True, timeout=600)
     try:
@@ -185,6 +186,7 @@ def dsh_row() -> tuple[str, float, float] | None:
 
 
 def rss_row(count: int) -> tuple[str, float]:
+    """Peak RSS of `skilld once` over `count` sessions, in MB."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         sessions = root / "sessions"
@@ -216,10 +218,15 @@ def rss_row(count: int) -> tuple[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run per row")
     args = parser.parse_args()
-    counts = (1_000, 2_000) if args.quick else (1_000, 10_000)
-    history = 100_000_000 if args.quick else 1_000_000_000
-    runs = 5
+    counts: tuple[int, ...]
+    if args.smoke:
+        counts, history, held, runs = (50,), 1_000_000, 50, 1
+    elif args.quick:
+        counts, history, held, runs = (1_000, 2_000), 100_000_000, 2_000, 5
+    else:
+        counts, history, held, runs = (1_000, 10_000), 1_000_000_000, 10_000, 5
 
     rows: list[tuple[str, float, float, str]] = []
     for count in counts:
@@ -227,9 +234,9 @@ def main() -> None:
         rows.append((label, value, baseline, "≤ 3×"))
     label, value, baseline = append_row(history, runs)
     rows.append((label, value, baseline, "≤ 1.5×"))
-    label, value, baseline = held_row(2_000 if args.quick else 10_000, runs)
+    label, value, baseline = held_row(held, runs)
     rows.append((label, value, baseline, "≤ 1.5×"))
-    dsh = dsh_row()
+    dsh = dsh_row(args.smoke)
     if dsh is not None:
         rows.append((*dsh, "≤ 1.5×"))
 

@@ -1,6 +1,7 @@
 """Usage bumps on skilld's product paths against Hermes Agent's own bump, same process, same disk.
 
-Run: `python bench/usage.py [--quick] [--rounds N] [--dir PATH]`
+Run: `python bench/usage.py [--quick] [--rounds N] [--dir PATH] [--smoke]`
+(`--smoke`: 20 skills, a few rounds and contenders' operations, to check that it still runs)
 
 skilld records a use on two paths, and this measures both, at 200 and 1,000 skills:
 
@@ -317,23 +318,29 @@ def _contender(
     results.put(made)
 
 
-CONTENDERS = (("hermes", 150), ("hermes", 150), ("bump", 150), ("bump_many", 30), ("hook", 15))
+Contenders = tuple[tuple[str, int], ...]
+CONTENDERS: Contenders = (
+    ("hermes", 150), ("hermes", 150), ("bump", 150), ("bump_many", 30), ("hook", 15)
+)  # fmt: skip
+SMOKE_CONTENDERS: Contenders = (
+    ("hermes", 5), ("hermes", 5), ("bump", 5), ("bump_many", 2), ("hook", 2)
+)  # fmt: skip
 
 
-def contend(root: Path, skills: int) -> tuple[int, bool]:
+def contend(root: Path, skills: int, contenders: Contenders) -> tuple[int, bool]:
     """(bumps made, whether every count on disk is exact) with every writer at once."""
     with tempfile.TemporaryDirectory(prefix=f"usage-contend-{skills}-", dir=root) as tmp:
         skills_dir = Path(tmp) / "skills"
         _seed(skills_dir, skills)
         names = _names(skills)[:40]  # few names: the writers collide on the same records
         context = multiprocessing.get_context("fork")
-        start_gun = context.Barrier(len(CONTENDERS))
+        start_gun = context.Barrier(len(contenders))
         results = context.Queue()
         workers = [
             context.Process(
                 target=_contender, args=(kind, skills_dir, names, ops, start_gun, results)
             )
-            for kind, ops in CONTENDERS
+            for kind, ops in contenders
         ]
         for worker in workers:
             worker.start()
@@ -359,12 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (60 instead of 200)")
     parser.add_argument("--rounds", type=int, help="rounds of (b); (a) runs 1/5, (c) 1/10")
     parser.add_argument("--dir", type=Path, help="where to put the skills dirs (which disk)")
+    parser.add_argument("--smoke", action="store_true", help="20 skills, few rounds")
     args = parser.parse_args(argv)
-    rounds = args.rounds or (60 if args.quick else 200)
+    rounds = 1 if args.smoke else args.rounds or (60 if args.quick else 200)
+    skill_counts = (20,) if args.smoke else SKILL_COUNTS
+    contenders = SMOKE_CONTENDERS if args.smoke else CONTENDERS
     root = args.dir or Path(tempfile.gettempdir())
     print(f"usage bumps, medians over alternating rounds, skills dirs under {root}")
     print(f"hook command: {' '.join(skilld_hook_command())} usage use NAME")
-    results = {skills: measure(root, skills, rounds) for skills in SKILL_COUNTS}
+    results = {skills: measure(root, skills, rounds) for skills in skill_counts}
 
     print("\n(a) hook path, one process per bump, ms per bump")
     print(f"{'skills':>6} {'hermes':>8} {'py -c pass':>11} {'skilld hook':>12}  ", end="")
@@ -390,10 +400,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{skills:>6} {_ms(r['batch_hermes']):>10} {_ms(r['batch']):>10}  "
             f"{r['batch_hermes'] / r['batch']:>12.1f}x"
         )
-    print("\n(d) every writer at once: " + ", ".join(f"{k} x{n}" for k, n in CONTENDERS))
+    print("\n(d) every writer at once: " + ", ".join(f"{k} x{n}" for k, n in contenders))
     all_exact = True
-    for skills in SKILL_COUNTS:
-        made, exact = contend(root, skills)
+    for skills in skill_counts:
+        made, exact = contend(root, skills, contenders)
         all_exact = all_exact and exact
         print(f"{skills:>6} skills: {made} bumps, counts {'exact' if exact else 'WRONG'}")
     return 0 if all_exact else 1

@@ -206,7 +206,22 @@ def workspace(tmp_path: Path) -> Workspace:
 
 # `--full` (campaigns at full size) must be known however pytest is started: a conftest below
 # tests/ is loaded too late to add options when the run starts at the repository root.
-from tests.campaigns.conftest import pytest_addoption  # noqa: E402,F401
+from tests.campaigns.conftest import FIGURES_PROPERTY, pytest_addoption  # noqa: E402,F401
+
+_CAMPAIGN_FIGURES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Campaign figures from each test's last report, whichever process ran the test."""
+    if report.when == "teardown":
+        _CAMPAIGN_FIGURES.extend(v for k, v in report.user_properties if k == FIGURES_PROPERTY)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _CAMPAIGN_FIGURES:
+        terminalreporter.section("campaign figures")
+        for line in _CAMPAIGN_FIGURES:
+            terminalreporter.write_line(line)
 
 
 def library_spec(root: Path, name: str = "default", **changes: Any) -> LibrarySpec:

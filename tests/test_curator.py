@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,8 +23,9 @@ from skilld.curator._lifecycle import LiveSkill, Thresholds, decide, plan_pass
 from skilld.curator.passes import DISABLED_KEY, LAST_RUN_KEY, run_lifecycle
 from skilld.curator.schedule import ScheduledCurator, curate, schedule_decision
 from skilld.daemon import Daemon
+from skilld.digest import sha256_hex
 from skilld.routing import resolve
-from skilld.skills.document import SkillDoc, parse_skill
+from skilld.skills.document import SkillDoc, parse_skill, render_skill
 from skilld.skills.library import Library, Origin
 from skilld.skills.usage import UsageStore, format_timestamp, new_record
 from skilld.state import StateDB
@@ -256,6 +259,57 @@ def test_pinned_skill_never_moves(app: App, clock: Clock) -> None:
     assert run_lifecycle(app, app.library, now=clock()).transitions == []
     assert (app.library.root / "keep-me" / "SKILL.md").is_file()
     assert state_of(app, "keep-me") == "active" and curator_events(app) == []
+
+
+def test_a_pass_reads_the_sidecar_and_lists_the_library_once(
+    app: App, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 managed skills, 50 of them idle past the archive threshold: the pass reads the
+    usage sidecar and lists the library a constant number of times, not once per archive."""
+    library = app.library
+    records = {}
+    # One rendering, renamed: YAML would otherwise take most of the test's time.
+    doc = SkillDoc(name="skill-xxxx", description="How to do a task.", body="1. Do it.\n")
+    template = render_skill(doc, library.dialect)
+    with app.state.transaction():
+        for index in range(1000):
+            name = f"skill-{index:04d}"
+            data = template.replace("skill-xxxx", name).encode()
+            (library.root / name).mkdir()
+            (library.root / name / "SKILL.md").write_bytes(data)
+            path = str(library.root / name / "SKILL.md")
+            app.state.put_provenance("default", name, path=path, sha256=sha256_hex(data))
+            idle_days = 100 if index % 20 == 0 else 40 if index % 20 == 1 else 5
+            last_used = format_timestamp(clock() - timedelta(days=idle_days))
+            records[name] = record(use_count=1, last_used_at=last_used)
+    with library.usage.transaction() as current:
+        current.update(records)
+
+    sidecar_reads: list[str] = []
+    listings: list[str] = []
+    real_load, real_scandir = UsageStore._load, os.scandir
+
+    def counted_load(store: UsageStore) -> Any:
+        sidecar_reads.append(str(store.path))
+        return real_load(store)
+
+    def counted_scandir(path: Any) -> Any:
+        if Path(path) == library.root:
+            listings.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(UsageStore, "_load", counted_load)
+    monkeypatch.setattr(os, "scandir", counted_scandir)
+    report = run_lifecycle(app, library, now=clock())
+    monkeypatch.undo()
+
+    kinds = Counter(t.kind for t in report.transitions)
+    assert kinds == {"archived": 50, "stale": 50}
+    assert len(list((library.root / ".archive").iterdir())) == 50
+    # One read to decide, one read-modify-write to record the pass's states.
+    assert len(sidecar_reads) <= 2, sidecar_reads
+    assert len(listings) == 1, listings
+    assert state_of(app, "skill-0000") == "archived" and state_of(app, "skill-0001") == "stale"
 
 
 def test_bundled_hub_human_and_external_skills_never_move(tmp_path: Path, clock: Clock) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from skilld.skills.document import parse_skill
-from tests.campaigns.harness import notify_socket, wait_for
+from tests.campaigns.harness import notify_socket, running, skilld_argv, wait_for
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, skill_reply
 
@@ -287,3 +289,60 @@ def test_sighup_reloads_the_config(workspace: Workspace, fake_llm: FakeLLM) -> N
         finally:
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(timeout=10) == 0
+
+
+#: Variables that move an agent's or skilld's folders away from $HOME.
+HOME_OVERRIDES = (
+    "CLAUDE_CONFIG_DIR", "CODEX_HOME", "DSH_HOME", "HERMES_HOME",
+    "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME",
+)  # fmt: skip
+
+
+def test_a_first_run_with_no_agent_says_so_and_reads_an_agent_installed_later(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """No config file and an empty home: `skilld run` warns once where it looks; a Claude Code
+    session that appears while it runs is read, into the `claude` library, within two ticks."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("SKILLD_") and key not in HOME_OVERRIDES
+    }
+    env.update(
+        HOME=str(home),
+        DEEPSEEK_API_KEY="sk-test-0000",
+        SKILLD_LLM_BASE_URL=fake_llm.base_url,
+        SKILLD_EVOLVE_INTERVAL_SECONDS="0.5",
+        SKILLD_EVOLVE_COOLDOWN_SECONDS="0",
+        SKILLD_EVOLVE_MIN_MESSAGES="2",
+        SKILLD_EVOLVE_BACKFILL="all",
+        SKILLD_LOG_FORMAT="json",
+    )
+    fake_llm.push(skill_reply("set-staging-host"))
+    with running(skilld_argv("run"), env) as run:
+        assert run.notify.wait_ticks(2, 60), "the daemon should tick with nothing to read"
+        before = run.notify.all_ticks()
+        claude_code_session(home / ".claude" / "projects" / "-repo" / "0d3c9a1e-first.jsonl")
+        skill = home / ".claude" / "skills" / "set-staging-host" / "SKILL.md"
+        assert wait_for(skill.exists, 60), "the new agent's session should have been read"
+        ticks_taken = run.notify.all_ticks() - before
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert ticks_taken <= 2
+    warnings = [json.loads(line) for line in run.stderr.splitlines() if "no_agent_found" in line]
+    assert len(warnings) == 1 and warnings[0]["level"] == "warning"
+    assert str(home / ".claude" / "projects") in warnings[0]["watching"]
+
+    def cli(*args: str) -> list[Any]:
+        done = subprocess.run(skilld_argv(*args), env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    (found,) = cli("events", "--json", "--kind", "agent_found")
+    assert (found["library"], found["source"]) == ("claude", "claude-code")
+    (status,) = cli("status", "--json")
+    assert [library["name"] for library in status["libraries"]] == ["claude"]
+    assert status["sessions_tracked"] == 1
+    created = cli("events", "--json", "--kind", "created")
+    assert [(e["library"], e["skill"]) for e in created] == [("claude", "set-staging-host")]

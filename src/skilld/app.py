@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,6 +123,14 @@ def report_corrupt_usage(state: StateDB, library: str, copy: Path, reason: str) 
     )
 
 
+def host_id(configured: str) -> str:
+    """This machine's id in the team: `[sync] host`, else the hostname made a usable id."""
+    if configured:
+        return configured
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.uname().nodename).strip("-._")
+    return (name or "host")[:63]
+
+
 def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
     def on_corrupt(copy: Path, reason: str) -> None:
         report_corrupt_usage(state, spec.name, copy, reason)
@@ -129,7 +138,6 @@ def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
     team = None
     if spec.remote:
         from skilld.sync import TeamRepo
-        from skilld.team import host_id
 
         try:
             team = TeamRepo(

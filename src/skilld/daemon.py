@@ -28,7 +28,7 @@ from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
 from skilld.log import configure_logging, get_logger
 from skilld.notify import Notifier
-from skilld.routing import resolve
+from skilld.routing import AGENTS, default_path, default_sources, resolve
 from skilld.state import DaemonLock
 from skilld.team import record_round, set_up, sync_round, team_libraries
 
@@ -77,6 +77,9 @@ class Daemon:
         self._reload_requested = False
         self._tick_scope: anyio.CancelScope | None = None
         self._stopping_announced = False
+        self._said_nothing_to_read = False
+        #: Agents found whose routing fails (a library dir clash): not looked for again.
+        self._unroutable: set[str] = set()
 
     async def run(self, *, once: bool = False) -> DaemonResult:
         # Libraries that do not resolve are bad usage: said here, plainly, not from inside the
@@ -103,6 +106,7 @@ class Daemon:
                     await signal_group.start(self._serve_panel, panel_stop, panel_done)
             while True:
                 with open_app(self.config, prepare=True) as app:
+                    self._say_if_nothing_to_read(app)
                     self._set_up_teams(app)
                     spent = app.state.get_meta(SPEND_KEY, [])
                     async with LLMClient(llm_settings(self.config), spent=spent) as llm:
@@ -116,6 +120,8 @@ class Daemon:
                                     group.start_soon(self._watchdog)
                             self.notifier.ready("first tick scheduled")
                             while not self._stop.is_set() and not self._reload_requested:
+                                if not once and self._agents_found(app):
+                                    break  # opened again below: its routing reads them
                                 ok = await self._one_tick(evolver, app, llm)
                                 ticks += 1
                                 failed = failed or not ok
@@ -126,7 +132,8 @@ class Daemon:
                             group.cancel_scope.cancel()
                 if self._stop.is_set():
                     break
-                self._apply_reload()
+                if self._reload_requested:
+                    self._apply_reload()
             if self.config.web.listen and not once:
                 panel_stop.set()  # open requests get a moment to finish
                 with anyio.move_on_after(PANEL_STOP_SECONDS):
@@ -134,6 +141,44 @@ class Daemon:
             signal_group.cancel_scope.cancel()
         self._announce_stopping()
         return DaemonResult(1 if once and failed else 0, ticks)
+
+    def _say_if_nothing_to_read(self, app: App) -> None:
+        """Once, at start: with no `[[sources]]` and no agent on this machine, nothing is read
+        until an agent's transcripts appear; say where skilld looks for them."""
+        if self._said_nothing_to_read or not app.routing.detected or app.routing.routes:
+            return
+        self._said_nothing_to_read = True
+        self.log.warning(
+            "no_agent_found",
+            reason="no [[sources]] configured and no agent's transcripts found; an agent"
+            " installed later is read from its first session, without a restart",
+            watching=[str(default_path(kind)) for kind in AGENTS],
+        )
+
+    def _agents_found(self, app: App) -> bool:
+        """With no `[[sources]]`: whether an agent appeared since `app` was opened (its
+        transcript location now exists), recorded as `agent_found`. A few `stat`s a tick."""
+        if not app.routing.detected:
+            return False
+        known = {route.source.kind for route in app.routing.routes} | self._unroutable
+        found = [source for source in default_sources() if source.kind not in known]
+        if not found:
+            return False
+        try:
+            resolve(self.config)
+        except ConfigError as exc:  # its library clashes with a configured one: said once
+            self._unroutable.update(source.kind for source in found)
+            self.log.error("agent_not_read", agents=[s.kind for s in found], error=str(exc))
+            return False
+        with app.state.transaction():
+            for source in found:
+                app.state.add_event(
+                    "agent_found",
+                    library=AGENTS[source.kind].library,
+                    source=source.kind,
+                    detail={"path": str(source.path)},
+                )
+        return True
 
     def _set_up_teams(self, app: App) -> None:
         """Team libraries become work trees of their remotes (no network); what needs a person

@@ -51,6 +51,8 @@ EVENT_KINDS = frozenset(
         "rejected",
         "usage_corrupt",
         "warning",
+        # the daemon
+        "agent_found",
         # curator
         "stale",
         "reactivated",

@@ -9,8 +9,6 @@ fetches, replays this host's commits onto the remote and pushes; each conflict i
 
 from __future__ import annotations
 
-import os
-import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,18 +17,11 @@ from skilld.log import get_logger
 if TYPE_CHECKING:
     from skilld.app import App
     from skilld.skills.library import Library
+    from skilld.skills.usage import State
     from skilld.state import StateDB
     from skilld.sync import SyncReport
 
 _log = get_logger("skilld.team")
-
-
-def host_id(configured: str) -> str:
-    """This machine's id in the team: `[sync] host`, else the hostname made a usable id."""
-    if configured:
-        return configured
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.uname().nodename).strip("-._")
-    return (name or "host")[:63]
 
 
 def meta_key(library: str) -> str:
@@ -116,15 +107,19 @@ def _side(host: str | None, winner: str, *, lost: bool = False) -> str:
 
 def follow_archive_moves(library: Library) -> None:
     """After a round that pulled: this host's usage records follow the archives and restores
-    teammates made (a record's `state` is host-local, the files are the team's)."""
+    teammates made (a record's `state` is host-local, the files are the team's). One read of
+    the sidecar and one write, however many skills a round moved."""
     archived = library.archived()
+    moves: dict[str, State] = {}
     for name, record in library.usage.read().items():
         # Only the few records that may disagree look at their skill's files.
         if record.get("state") == "archived":
             if library.entry(name, parse=False) is not None:
-                library.usage.set_state(name, "active")
+                moves[name] = "active"
         elif name in archived and library.entry(name, parse=False) is None:
-            library.usage.set_state(name, "archived")
+            moves[name] = "archived"
+    if moves:
+        library.usage.set_states(moves)
 
 
 def team_libraries(app: App) -> list[Library]:

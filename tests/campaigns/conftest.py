@@ -2,7 +2,8 @@
 
 Each campaign reports its figures through the `campaign_figures` fixture; they are printed as
 one line per campaign in a "campaign figures" section of the terminal summary, so they show
-without `-s`.
+without `-s`. They travel in the test's report (`user_properties`), so the summary has them
+when a worker process ran the campaign (`pytest -n`); tests/conftest.py prints them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-_FIGURES: list[str] = []
+#: The `user_properties` key of a campaign's figures line.
+FIGURES_PROPERTY = "campaign figures"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,21 +37,14 @@ def full_size(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
-def campaign_figures(full_size: bool) -> Callable[..., str]:
+def campaign_figures(full_size: bool, request: pytest.FixtureRequest) -> Callable[..., str]:
     """`record(name, **figures)` -> the one line it printed and queued for the summary."""
 
     def record(name: str, **figures: object) -> str:
         size = "full" if full_size else "normal"
         line = f"{name} ({size}): " + ", ".join(f"{key}={value}" for key, value in figures.items())
-        _FIGURES.append(line)
+        request.node.user_properties.append((FIGURES_PROPERTY, line))
         print(line, flush=True)
         return line
 
     return record
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _FIGURES:
-        terminalreporter.section("campaign figures")
-        for line in _FIGURES:
-            terminalreporter.write_line(line)

@@ -408,8 +408,8 @@ def check_team_libraries(config: Config) -> list[Check]:
         return []  # check_libraries reports it
     if not specs:
         return []
+    from skilld.app import host_id
     from skilld.sync import GitMissing, TeamRepo, git_version
-    from skilld.team import host_id
 
     try:
         version = git_version()

@@ -38,7 +38,7 @@ from skilld.redact import merge_counts, redact
 from skilld.skills.document import DESCRIPTION_LIMITS, SkillDoc
 from skilld.skills.library import Library, Unchanged, Written
 from skilld.skills.names import InvalidName, validate_name
-from skilld.skills.usage import COUNT_FIELDS, count_of, report_row
+from skilld.skills.usage import COUNT_FIELDS, Record, count_of, report_row
 
 PROMPT_VERSION: Final = "2026-11-30.curator.1"
 #: Per-skill body budget inside the overall one (`evolve.window_max_chars`).
@@ -443,13 +443,15 @@ async def consolidate(
         ]
         return report
     report.status = "applied"
+    # Pins as they are now, after the model's reply: read once for every change of the plan.
+    current = library.usage.read()
     for item in judged:
         if item.refused is not None:
             report.outcomes.append(_refuse(library, item.action, item.refused))
         elif isinstance(item.action, Merge):
-            report.outcomes.append(_merge(library, item.action, records))
+            report.outcomes.append(_merge(library, item.action, records, current))
         elif isinstance(item.action, Archive):
-            report.outcomes.append(_archive(library, item.action))
+            report.outcomes.append(_archive(library, item.action, current))
         else:
             report.outcomes.append(_outcome(item.action, "applied", None))
     return report
@@ -482,11 +484,14 @@ def _refuse(library: Library, action: Action, reason: str) -> ActionOutcome:
     return outcome
 
 
-def _merge(library: Library, merge: Merge, usage: Mapping[str, Any]) -> ActionOutcome:
+def _merge(
+    library: Library, merge: Merge, usage: Mapping[str, Any], current: Mapping[str, Record]
+) -> ActionOutcome:
     """Write the umbrella skill, archive what it absorbs, and add their counts to it.
 
     `usage` is the sidecar as the plan saw it: the counts carried over are those the model was
-    shown; the umbrella's own record is updated in one short sidecar transaction."""
+    shown; the umbrella's own record is updated in one short sidecar transaction. `current`
+    is the sidecar as read before applying the plan: the pins every change checks."""
     redactions = [redact(text) for text in (merge.description, merge.when_to_use, merge.content)]
     counts = merge_counts(*(r.counts for r in redactions))
     if counts:
@@ -504,7 +509,7 @@ def _merge(library: Library, merge: Merge, usage: Mapping[str, Any]) -> ActionOu
     doc = SkillDoc(
         name=merge.into, description=description, when_to_use=when_to_use or None, body=content
     )
-    written = library.write(doc, CURATOR)
+    written = library.write(doc, CURATOR, records=current)
     library.commit(written, CURATOR, detail={"merged_from": list(merge.sources)})
     if not isinstance(written, Written | Unchanged):
         return _refuse(library, merge, written.reason)
@@ -518,6 +523,7 @@ def _merge(library: Library, merge: Merge, usage: Mapping[str, Any]) -> ActionOu
                 CURATOR,
                 reason=f"merged into {merge.into}",
                 detail={"absorbed_into": merge.into},
+                records=current,
             )
         except (LibraryError, OSError) as exc:
             # Ownership or a pin changed since the plan was judged: the umbrella stays, this
@@ -552,9 +558,15 @@ def _merge(library: Library, merge: Merge, usage: Mapping[str, Any]) -> ActionOu
     return ActionOutcome("merge", list(merge.names), "applied", merge.reason or None, detail)
 
 
-def _archive(library: Library, action: Archive) -> ActionOutcome:
+def _archive(library: Library, action: Archive, current: Mapping[str, Record]) -> ActionOutcome:
     try:
-        library.archive(action.name, CURATOR, reason=action.reason, detail={"consolidation": True})
+        library.archive(
+            action.name,
+            CURATOR,
+            reason=action.reason,
+            detail={"consolidation": True},
+            records=current,
+        )
     except (LibraryError, OSError) as exc:
         return _refuse(library, action, str(exc))
     return _outcome(action, "applied", None)

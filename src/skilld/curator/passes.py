@@ -12,6 +12,7 @@ next pass.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -128,16 +129,20 @@ def run_lifecycle(
         )
         return report
 
+    # Each change below checks the skill's pin in `records`, the sidecar as this pass read it:
+    # one read for the pass, not one per skill (a pin made during the pass counts at the next).
     for name in plan.enable:
-        if _set_invocation(library, managed[name], False, report):
+        if _set_invocation(library, managed[name], False, report, records):
             disabled.discard(name)
             report.enabled.append(name)
     for name in plan.disable:
-        if _set_invocation(library, managed[name], True, report):
+        if _set_invocation(library, managed[name], True, report, records):
             disabled.add(name)
             report.disabled.append(name)
     archived = [
-        t for t in plan.transitions if t.kind == "archived" and _archive(library, t, report)
+        t
+        for t in plan.transitions
+        if t.kind == "archived" and _archive(library, t, report, records)
     ]
     marked = [t for t in plan.transitions if t.kind != "archived"]
     with library.usage.transaction() as current:
@@ -183,7 +188,9 @@ def _disabled_key(library: Library) -> str:
     return DISABLED_KEY if library.name == DEFAULT_LIBRARY else f"{DISABLED_KEY}:{library.name}"
 
 
-def _archive(library: Library, transition: Transition, report: LifecycleReport) -> bool:
+def _archive(
+    library: Library, transition: Transition, report: LifecycleReport, records: Mapping[str, Record]
+) -> bool:
     try:
         library.archive(
             transition.name,
@@ -195,6 +202,7 @@ def _archive(library: Library, transition: Transition, report: LifecycleReport) 
                 "age_days": transition.age_days,
             },
             mark_usage=False,
+            records=records,
         )
     except (LibraryError, OSError) as exc:
         _fail(library, report, transition.name, "archive", exc)
@@ -203,7 +211,11 @@ def _archive(library: Library, transition: Transition, report: LifecycleReport) 
 
 
 def _set_invocation(
-    library: Library, entry: SkillEntry, disabled: bool, report: LifecycleReport
+    library: Library,
+    entry: SkillEntry,
+    disabled: bool,
+    report: LifecycleReport,
+    records: Mapping[str, Record],
 ) -> bool:
     """Rewrite `entry` with or without `disable-model-invocation`, through the library. The
     curator's own rewrite is no activity: it is not counted as a patch, so that disabling a
@@ -215,7 +227,7 @@ def _set_invocation(
         return False
     reason = "stale: hidden from the model" if disabled else "no longer stale: shown to the model"
     outcome = library.write(
-        doc._replace(disable_model_invocation=disabled), CURATOR, activity=False
+        doc._replace(disable_model_invocation=disabled), CURATOR, activity=False, records=records
     )
     library.commit(outcome, CURATOR, detail={"curator": reason})
     if isinstance(outcome, Written | Unchanged):

@@ -96,9 +96,9 @@ from skilld.skills.library import (
     Written,
 )
 from skilld.state import Held, KeptProposal, SessionState, utc_now_iso
-from skilld.transcripts.model import Message
+from skilld.transcripts.model import Message, SkillSignal
 from skilld.transcripts.normalise import cut_text
-from skilld.transcripts.signals import SkillSignal, skill_signals
+from skilld.transcripts.signals import skill_signals
 
 #: state.db meta: the wall-clock times of the LLM calls of the last hour (the spend cap).
 SPEND_KEY = "llm_spend"
@@ -839,7 +839,7 @@ class Evolver:
             existing is not None
             and existing.doc is not None
             and not body["merged"]
-            and library.protection(existing) is None
+            and library.protection(existing, library.usage_record(existing.name)) is None
             and not same_text(existing.doc, doc, library.dialect)
         ):
             merged = await self._merge(existing.doc, doc, kept, library, report, spend)

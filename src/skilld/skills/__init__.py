@@ -43,6 +43,7 @@ _EXPORTS = {
             "COUNT_FIELDS",
             "LOCK_FILE",
             "Record",
+            "State",
             "TEMP_FILE",
             "USAGE_FILE",
             "UsageStore",

@@ -44,7 +44,7 @@ from skilld.skills.document import (
 )
 from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
 from skilld.skills.names import InvalidName, is_safe_path_component, validate_name
-from skilld.skills.usage import UsageStore, new_record
+from skilld.skills.usage import Record, UsageStore, new_record
 
 if TYPE_CHECKING:
     from skilld.gitinfo import GitContext
@@ -575,14 +575,17 @@ class Library:
         except InvalidName as exc:
             raise LibraryError(str(exc)) from None
 
-    def _is_pinned(self, name: str) -> bool:
-        record = self.usage.get(name)
-        return bool(record and record.get("pinned"))
+    def usage_record(self, name: str, records: Mapping[str, Record] | None = None) -> Record | None:
+        """`name`'s usage record: from `records` when the caller read the sidecar already (an
+        operation over many skills reads it once and passes it down), else from the file."""
+        return records.get(name) if records is not None else self.usage.get(name)
 
-    def protection(self, entry: SkillEntry, *, force: bool = False) -> str | None:
+    def protection(
+        self, entry: SkillEntry, record: Record | None, *, force: bool = False
+    ) -> str | None:
         """Why `entry` may not change, or None: only managed, unpinned skills change; `force`
-        lets a person take over a human one."""
-        if self._is_pinned(entry.name):
+        lets a person take over a human one. `record` is the skill's usage record (its pin)."""
+        if record and record.get("pinned"):
             return f"{entry.name} is pinned"
         if entry.owner == "managed" or (force and entry.owner == "human"):
             return None
@@ -628,10 +631,12 @@ class Library:
         *,
         force: bool = False,
         activity: bool = True,
+        records: Mapping[str, Record] | None = None,
     ) -> WriteOutcome:
         """Create or update a skill in this library's root; nothing is recorded in the event
         log (see `commit`). `activity=False` keeps a rewrite from counting as a patch (the
-        curator's own bookkeeping)."""
+        curator's own bookkeeping). `records`: the usage sidecar as the caller read it (see
+        `usage_record`)."""
         try:
             name = self.check_name(doc.name)
         except LibraryError as exc:
@@ -646,7 +651,8 @@ class Library:
                 # The agent would load the extra dir's skill, never a copy written here.
                 return Refused("protected", name, f"{name} is owned by {shadow.owner}, not skilld")
             if existing is not None:
-                if (reason := self.protection(existing, force=force)) is not None:
+                record = self.usage_record(name, records)
+                if (reason := self.protection(existing, record, force=force)) is not None:
                     return Refused("protected", name, reason)
                 if existing.doc is not None:
                     previous = existing.doc.metadata.get("version", "0")
@@ -862,8 +868,16 @@ class Library:
         except (UnsafePath, ValueError) as exc:
             raise LibraryError(str(exc)) from None
 
-    def _require_changeable(self, entry: SkillEntry, origin: Origin, *, force: bool) -> None:
-        if (reason := self.protection(entry, force=force)) is not None:
+    def _require_changeable(
+        self,
+        entry: SkillEntry,
+        origin: Origin,
+        *,
+        force: bool,
+        records: Mapping[str, Record] | None = None,
+    ) -> None:
+        record = self.usage_record(entry.name, records)
+        if (reason := self.protection(entry, record, force=force)) is not None:
             raise self._refuse(entry, reason, origin)
 
     def delete(self, name: str, origin: Origin, *, force: bool = False) -> Deleted:
@@ -932,14 +946,16 @@ class Library:
         force: bool = False,
         detail: dict[str, Any] | None = None,
         mark_usage: bool = True,
+        records: Mapping[str, Record] | None = None,
     ) -> Path:
         """Move a skill under `.archive/` (restorable, never deleted).
 
         `mark_usage=False` leaves the usage record's state to the caller (the curator marks
-        every archive of a pass in one sidecar write)."""
+        every archive of a pass in one sidecar write); `records` is the sidecar as the caller
+        read it (see `usage_record`)."""
         with self.locked():
             entry = self._entry_for_change(name)
-            self._require_changeable(entry, origin, force=force)
+            self._require_changeable(entry, origin, force=force, records=records)
             archive_root = self._archive_root()
             archive_root.mkdir(exist_ok=True)
             stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -343,19 +343,27 @@ class UsageStore:
         self, name: str, state: State, *, archived_at: datetime | str | None = None
     ) -> None:
         """Hermes's rule: `archived` stamps `archived_at`, `active` clears it, `stale` keeps it."""
-        if state not in STATES:
-            raise ValueError(f"invalid usage state {state!r}; expected one of {STATES}")
+        self.set_states({name: state}, archived_at=archived_at)
+
+    def set_states(
+        self, states: Mapping[str, State], *, archived_at: datetime | str | None = None
+    ) -> None:
+        """`set_state` for many skills in one read-modify-write."""
+        for state in states.values():
+            if state not in STATES:
+                raise ValueError(f"invalid usage state {state!r}; expected one of {STATES}")
         stamp: str | None = None
-        if state == "archived":
+        if "archived" in states.values():
             moment = parse_timestamp(archived_at) if archived_at is not None else self._clock()
             if moment is None:
                 raise ValueError(f"archived_at is not an ISO-8601 time: {archived_at!r}")
             stamp = format_timestamp(moment)
         with self.transaction() as records:
-            record = self._record_in(records, name)
-            record["state"] = state
-            if state != "stale":
-                record["archived_at"] = stamp
+            for name, state in states.items():
+                record = self._record_in(records, name)
+                record["state"] = state
+                if state != "stale":
+                    record["archived_at"] = stamp if state == "archived" else None
 
     def restore(self, name: str) -> None:
         """Mark a skill restored from the archive: active, not archived, anchor refreshed.

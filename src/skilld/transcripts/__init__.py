@@ -11,11 +11,21 @@ from skilld import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(
-        ["Cursor", "Message", "Role", "ScanResult", "SessionRead", "Source", "ToolCall"], "model"
+        [
+            "Cursor",
+            "Message",
+            "Role",
+            "ScanResult",
+            "SessionRead",
+            "SkillSignal",
+            "Source",
+            "ToolCall",
+        ],
+        "model",
     ),
     "cut_text": "normalise",
     "build_source": "registry",
-    **dict.fromkeys(["SkillSignal", "skill_signals"], "signals"),
+    "skill_signals": "signals",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

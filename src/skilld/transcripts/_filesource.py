@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from skilld.transcripts._tailer import (
     DEFAULT_MAX_LINE_BYTES,
@@ -33,10 +33,7 @@ from skilld.transcripts._tailer import (
     read_appended_lines,
     tail_part,
 )
-from skilld.transcripts.model import Cursor, Message, ScanResult, SessionRead
-
-if TYPE_CHECKING:
-    from skilld.transcripts.signals import SkillSignal
+from skilld.transcripts.model import Cursor, Message, ScanResult, SessionRead, SkillSignal
 
 #: The cursor key under which a source keeps its own parser state beside the tail keys.
 STATE_KEY = "state"

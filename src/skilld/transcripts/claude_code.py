@@ -28,7 +28,7 @@ from typing import Any
 
 from skilld.gitinfo import GitContext, context
 from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
-from skilld.transcripts.model import Message, ToolCall
+from skilld.transcripts.model import Message, SkillSignal, ToolCall
 from skilld.transcripts.normalise import (
     IMAGE_BLOCK_TYPES,
     IMAGE_PLACEHOLDER,
@@ -41,7 +41,7 @@ from skilld.transcripts.normalise import (
     remember_call,
     string_or_none,
 )
-from skilld.transcripts.signals import SkillSignal, skill_call_name
+from skilld.transcripts.signals import skill_call_name
 
 #: User-record flags marking text the harness injected rather than the user typed.
 HARNESS_FLAGS = ("isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")

@@ -35,7 +35,7 @@ from typing import Any
 
 from skilld.gitinfo import GitContext, context, from_json
 from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
-from skilld.transcripts.model import Message, ToolCall
+from skilld.transcripts.model import Message, SkillSignal, ToolCall
 from skilld.transcripts.normalise import (
     compact_arguments,
     content_text,
@@ -46,7 +46,6 @@ from skilld.transcripts.normalise import (
     remember_call,
     string_or_none,
 )
-from skilld.transcripts.signals import SkillSignal
 
 _SESSION_UUID = re.compile(
     r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$", re.IGNORECASE

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from skilld.gitinfo import GitContext
-    from skilld.transcripts.signals import SkillSignal
 
 Role = Literal["user", "assistant", "tool", "system"]
+SignalKind = Literal["use", "view"]
 
 #: A cursor is a small JSON-serialisable mapping owned by the source that made it
 #: (a file tail keeps its file, offset and content mark, a database keeps the last row id).
@@ -43,6 +43,17 @@ class Message(NamedTuple):
         return self.role == "assistant" and not self.tool_calls
 
 
+class SkillSignal(NamedTuple):
+    """A skill used (really loaded or executed) or only viewed; `signals.skill_signals` derives
+    and counts them."""
+
+    name: str
+    kind: SignalKind
+    #: Set when the signal is a read of `<skills_dir>/<name>/SKILL.md` or `<name>.md`: the
+    #: library it belongs to (the dir as given to `skill_signals`).
+    skills_dir: str | None = None
+
+
 class SessionRead(NamedTuple):
     """What one source read from one session since its cursor."""
 
@@ -53,7 +64,7 @@ class SessionRead(NamedTuple):
     #: Skill signals of records that never become messages (a Claude Code `invoked_skills`
     #: attachment, a Codex `<skill>` injection). Signals visible in `messages` are derived from
     #: them by `signals.skill_signals` only, so that nothing is counted twice.
-    signals: Sequence["SkillSignal"] = ()
+    signals: Sequence[SkillSignal] = ()
     skipped_lines: int = 0  # malformed or oversize records skipped (counted, never fatal)
     reset: bool = False  # the file was truncated or rewritten and re-read from its start
     mtime: float | None = None  # last modification time of the session, when known

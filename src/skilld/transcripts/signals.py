@@ -22,23 +22,10 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from skilld.transcripts.model import SessionRead, ToolCall
-
-SignalKind = Literal["use", "view"]
-
-
-@dataclass(frozen=True, slots=True)
-class SkillSignal:
-    name: str
-    kind: SignalKind
-    #: Set when the signal is a read of `<skills_dir>/<name>/SKILL.md` or `<name>.md`: the
-    #: library it belongs to (the dir as given to `skill_signals`).
-    skills_dir: str | None = None
-
+from skilld.transcripts.model import SessionRead, SignalKind, SkillSignal, ToolCall
 
 #: Tool name -> what a call of it signals, and the arguments that may name the skill.
 SKILL_TOOLS: dict[str, tuple[SignalKind, tuple[str, ...]]] = {

@@ -1,0 +1,38 @@
+"""Every benchmark in bench/ still runs: its `--smoke` (tiny sizes, one run) exits 0.
+
+The scripts are found by glob, so a new benchmark is covered as soon as it lands; a renamed
+field or a changed signature breaks the suite instead of the next person's benchmark run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+SCRIPTS = sorted(BENCH.glob("*.py"))
+
+
+def test_the_benchmarks_are_found() -> None:
+    assert len(SCRIPTS) >= 6, [script.name for script in SCRIPTS]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[script.stem for script in SCRIPTS])
+def test_benchmark_smoke_run_exits_zero(script: Path, tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SKILLD_")}
+    # Scratch space and any home-relative path of the run stay in this test's temp dir.
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    run = subprocess.run(
+        [sys.executable, str(script), "--smoke"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, f"{script.name} --smoke exited {run.returncode}:\n{run.stderr}"
+    assert run.stdout.strip(), f"{script.name} --smoke printed nothing"
