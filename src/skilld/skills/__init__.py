@@ -7,7 +7,7 @@ from skilld import lazy_exports
 _EXPORTS = {
     **dict.fromkeys(
         [
-            "DESCRIPTION_LIMITS",
+            "LISTING_BUDGETS",
             "InvalidSkill",
             "SkillDoc",
             "SkillParseError",
