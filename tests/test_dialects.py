@@ -21,6 +21,7 @@ import yaml
 
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply
+from tests.synchosts import Host, Person, bare_remote
 
 # Hermes Agent's inline-shell pattern, which `skill_view` runs on a skill's raw text when
 # `skills.inline_shell: true` (hermes-agent agent/skill_preprocessing.py, `_INLINE_SHELL_RE`,
@@ -364,3 +365,33 @@ async def test_the_mcp_skill_write_over_the_hermes_budget_is_refused_with_the_bu
     text = skill_text(libraries, "hermes", "date-stamp")
     assert_no_live_trigger(text)
     assert "\n## When to Use\n\nA report goes out ! `id` undated.\n" in text
+
+
+# -- a team remote brings no live trigger ---------------------------------------------------------
+
+
+def test_a_remote_commit_bringing_a_live_trigger_is_refused(tmp_path: Path) -> None:
+    remote = bare_remote(tmp_path / "remote.git")
+    alpha, bravo = (Host(tmp_path, name, remote) for name in ("alpha", "bravo"))
+    for host in (alpha, bravo):
+        host.repo.setup()
+    alpha.write_skill("deploy", "Run the script.")
+    assert alpha.repo.sync().error is None
+    assert bravo.repo.sync().error is None
+    good = bravo.head_tree()
+
+    # A teammate (or an older skilld) pushes a skill an agent would run a command from.
+    live = b"---\nname: status\ndescription: Show status.\n---\nNow: !`git status`\n"
+    person = Person(tmp_path, remote)
+    person.edit("status/SKILL.md", live, "add a status skill")
+    report = bravo.repo.sync()
+    [problem] = report.problems
+    assert problem.code == "live-shell-trigger"
+    assert "status/SKILL.md" in problem.message and "last good commit" in problem.message
+    assert bravo.head_tree() == good
+    assert not (bravo.skills / "status").exists()
+
+    # Once the remote breaks the trigger, the round goes on.
+    person.edit("status/SKILL.md", live.replace(b"!`", b"! `"), "break the trigger")
+    assert bravo.repo.sync().error is None
+    assert (bravo.skills / "status" / "SKILL.md").read_bytes().count(b"! `git status`") == 1
