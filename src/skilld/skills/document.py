@@ -19,13 +19,14 @@ text: code spans, code fences and a backslash before the ``!`` do not stop them.
 ``render_skill`` breaks both triggers in every dialect, in every field and all through the
 body, fences included: a space goes between ``!`` and the backtick, and a backslash between
 the fence and its ``!``. Both changes are visible and harmless on purpose: a person reading
-the skill sees the same command with one space more (``! `date```), a shell reading the line
-treats ``!`` followed by a space as the same negation it was, Markdown shows the fence's info
-string as ``!`` still, and no invisible character rides along into a command someone copies
-(Hermes's own skill guard flags zero-width characters as an injection). Parsing does not undo
-this; rendering an already neutralised text changes nothing. Argument and variable
-substitutions (Claude Code's ``$ARGUMENTS``, Hermes's ``${HERMES_SKILL_DIR}``) insert values
-and run nothing, so they stay as written.
+the skill sees the same command text, one space after the ``!`` (``! `date```), Markdown shows
+the fence's info string as ``!`` still, and no invisible character rides along into a command
+someone copies (a zero-width character would, and Hermes's own skill guard flags those as an
+injection). DeepSeek Harness injects a skill's rendered body as well; its files get the same
+treatment, so no dialect depends on what its loader expands. Parsing does not undo this;
+rendering an already neutralised text changes nothing. Argument and variable substitutions
+(Claude Code's ``$ARGUMENTS``, Hermes's ``${HERMES_SKILL_DIR}``) insert values and run
+nothing, so they stay as written.
 """
 
 import datetime as dt
