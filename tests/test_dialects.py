@@ -10,8 +10,10 @@ Three findings against the real agents, each reproduced here as a user meets it:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -395,3 +397,47 @@ def test_a_remote_commit_bringing_a_live_trigger_is_refused(tmp_path: Path) -> N
     person.edit("status/SKILL.md", live.replace(b"!`", b"! `"), "break the trigger")
     assert bravo.repo.sync().error is None
     assert (bravo.skills / "status" / "SKILL.md").read_bytes().count(b"! `git status`") == 1
+
+
+# -- skills an older skilld wrote ------------------------------------------------------------------
+
+
+def test_the_daemon_breaks_the_triggers_an_older_skilld_left_in_its_skills(
+    libraries: Workspace,
+) -> None:
+    paths = {}
+    for name in ("old-stamp", "pinned-stamp"):
+        wrote = libraries.cli(
+            "skills", "write", name, "--library", "codex",
+            "--description", "Stamp reports with the date.", "--content", "1. Run `date`.\n",
+        )  # fmt: skip
+        assert wrote.returncode == 0, wrote.stderr
+        paths[name] = libraries.root / "codex-skills" / name / "SKILL.md"
+    # What skilld wrote before it broke triggers in every dialect: a live trigger in a file it
+    # recorded as its own.
+    database = sqlite3.connect(libraries.state / "state.db")
+    with database:
+        for name, path in paths.items():
+            live = path.read_bytes().replace(b"1. Run `date`.", b"1. Run !`date`.")
+            path.write_bytes(live)
+            database.execute(
+                "UPDATE provenance SET sha256 = ? WHERE library = 'codex' AND name = ?",
+                (hashlib.sha256(live).hexdigest(), name),
+            )
+    database.close()
+    assert libraries.cli("skills", "pin", "pinned-stamp", "--library", "codex").returncode == 0
+    pinned_before = paths["pinned-stamp"].read_bytes()
+    old_before = paths["old-stamp"].read_bytes()
+
+    result = libraries.cli("once")
+    assert result.returncode == 0, result.stderr
+    assert paths["old-stamp"].read_bytes() == old_before.replace(b"!`", b"! `")
+    assert paths["pinned-stamp"].read_bytes() == pinned_before  # no automatic path moves a pin
+    [updated] = [e for e in libraries.events("updated") if e["source"] == "daemon"]
+    assert (updated["skill"], updated["reason"]) == ("old-stamp", "load-time shell triggers broken")
+    [warning] = libraries.events("warning")
+    assert warning["skill"] == "pinned-stamp" and "shell trigger" in warning["reason"]
+    rows = json.loads(libraries.cli("skills", "list", "--library", "codex", "--json").stdout)
+    assert {row["name"]: row["owner"] for row in rows}["old-stamp"] == "managed"
+    history = libraries.cli("skills", "history", "old-stamp", "--library", "codex")
+    assert history.returncode == 0 and history.stdout.strip()

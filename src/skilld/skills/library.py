@@ -237,6 +237,50 @@ class Library:
             + remove_stray_temps(self.history_dir, depth=2)
         )
 
+    def break_shell_triggers(self, origin: Origin) -> list[str]:
+        """Break the load-time shell triggers an older skilld left in the skills it manages (it
+        broke them in the claude dialect only): each file keeps every other byte, and its
+        previous version is saved in history. A pinned skill is left as it is, since no
+        automatic path changes it, and a `warning` event names it. Returns the names rewritten.
+        """
+        rewritten: list[str] = []
+        with self.locked():
+            for entry in self.entries(parse=False):
+                if entry.owner != "managed" or entry.broken:
+                    continue
+                try:
+                    data = entry.path.read_bytes()
+                except OSError:
+                    continue  # a listing reports an unreadable file; nothing runs from it here
+                neutral = neutralise_file(data)
+                if neutral == data:
+                    continue
+                if self._is_pinned(entry.name):
+                    self.state.add_event(
+                        "warning",
+                        library=self.name,
+                        skill=entry.name,
+                        source=origin.source,
+                        reason="pinned, so left with a load-time shell trigger: unpin it to "
+                        "have skilld break it, or edit the file",
+                    )
+                    continue
+                self._require_contained(entry)
+                self._save_history(entry.name, entry.path)
+                digest = self._install("updated", entry.name, entry.path, neutral, entry, origin)
+                with self.state.transaction():
+                    self.state.settle_provenance(self.name, entry.name, digest)
+                    self.state.add_event(
+                        "updated",
+                        library=self.name,
+                        skill=entry.name,
+                        source=origin.source,
+                        reason="load-time shell triggers broken",
+                        detail={"sha256": digest, "path": str(entry.path)},
+                    )
+                rewritten.append(entry.name)
+        return rewritten
+
     # -- discovery ---------------------------------------------------------------------------
 
     def discover(self, *, include_extra: bool = True, parse: bool = True) -> list[SkillEntry]:
