@@ -213,8 +213,8 @@ def _listing_rules(form: str) -> tuple[str, str]:
             "ending with a period, not repeating the skill's name, no angle brackets. The "
             f"agent's skill index shows these {budget.description} characters and nothing "
             "else of the skill every session: count them.",
-            when + ' It goes into the skill\'s body under "## When to Use", not into the '
-            "description.",
+            when + ' skilld puts it into the skill\'s body under "## When to Use": keep it out '
+            "of the description, and write no such section in content.",
         )
     description = (
         f"one sentence on what the skill does, at most {budget.description} characters, no "
