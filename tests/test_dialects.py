@@ -441,3 +441,19 @@ def test_the_daemon_breaks_the_triggers_an_older_skilld_left_in_its_skills(
     assert {row["name"]: row["owner"] for row in rows}["old-stamp"] == "managed"
     history = libraries.cli("skills", "history", "old-stamp", "--library", "codex")
     assert history.returncode == 0 and history.stdout.strip()
+
+
+def test_a_single_skills_dir_in_hermes_dir_writes_for_hermes(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    hermes_home = tmp_path / "hermes-home"
+    workspace.settings = {"skills": {"dir": str(hermes_home / "skills"), "dialect": "agentskills"}}
+    workspace.write_config()
+    result = workspace.cli(
+        "skills", "write", "date-stamp",
+        "--description", "Stamp every generated report with today's date before it is sent.",
+        "--content", "1. Run `date`.\n",
+        HERMES_HOME=str(hermes_home),
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Hermes's skill index allows 60" in result.stderr

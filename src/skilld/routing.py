@@ -369,6 +369,7 @@ def _legacy(config: Config) -> LibrarySpec:
         extra_dirs=skills.extra_dirs,
         max_content_chars=skills.max_content_chars,
         history_keep=skills.history_keep,
+        agent=_agent_loading(skills.dir),
     )
 
 
