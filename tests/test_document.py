@@ -13,9 +13,12 @@ from skilld.skills.document import (
     AGENTSKILLS_WHEN_MARKER,
     DIALECTS,
     FORBIDDEN_KEYS,
+    FORMS,
     InvalidSkill,
     SkillDoc,
     SkillParseError,
+    fold_description,
+    neutralise_file,
     neutralise_shell_injection,
     parse_skill,
     render_skill,
@@ -24,6 +27,10 @@ from skilld.skills.document import (
 from skilld.skills.names import InvalidName, validate_name
 
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
+
+# Hermes Agent's inline-shell pattern, as it runs it on a skill it loads with
+# `skills.inline_shell: true` (hermes-agent agent/skill_preprocessing.py, `_INLINE_SHELL_RE`).
+HERMES_INLINE_SHELL = re.compile(r"!`([^`\n]+)`")
 
 # Strings that YAML would read as something other than the same string if written carelessly.
 YAML_SPECIAL = [
@@ -114,19 +121,35 @@ DIALECT_KEYS = {
     "dsh": ["name", "description", "whenToUse", "metadata", "disable-model-invocation"],
     "claude": ["name", "description", "when_to_use", "metadata", "disable-model-invocation"],
     "agentskills": ["name", "description", "metadata"],
+    "hermes": ["name", "description", "metadata"],
 }
 
 
+def _folded_parts(doc: SkillDoc) -> tuple[str, str | None]:
+    """The agentskills description and when-to-use as the fold writes them (its normalising
+    has tests of its own below)."""
+    folded = fold_description(doc.description, doc.when_to_use)
+    before, marker, after = folded.partition(AGENTSKILLS_WHEN_MARKER)
+    return (before, after) if marker and after else (folded, None)
+
+
 def _expected_fields(doc: SkillDoc, dialect: str) -> dict[str, object]:
-    """What a reader gets back: everything as given, with claude's shell directives broken."""
-    neutral = neutralise_shell_injection if dialect == "claude" else (lambda text: text)
+    """What a reader gets back: everything as given, with every shell trigger broken, the
+    agentskills fold normalised and the hermes when-to-use on one line."""
+    neutral = neutralise_shell_injection
+    description, when = doc.description, doc.when_to_use or None
+    if dialect == "agentskills":
+        description, when = _folded_parts(doc)
+    if dialect == "hermes" and when is not None:
+        when = " ".join(when.split()) or None
     return {
         "name": doc.name,
-        "description": neutral(doc.description),
-        "when_to_use": neutral(doc.when_to_use) if doc.when_to_use else None,
+        "description": neutral(description),
+        "when_to_use": neutral(when) if when else None,
         "metadata": {neutral(key): neutral(value) for key, value in doc.metadata.items()},
         "body": neutral(doc.body),
-        "disable_model_invocation": doc.disable_model_invocation and dialect != "agentskills",
+        "disable_model_invocation": doc.disable_model_invocation
+        and dialect not in ("agentskills", "hermes"),
         "extra": {},
     }
 
@@ -134,8 +157,8 @@ def _expected_fields(doc: SkillDoc, dialect: str) -> dict[str, object]:
 @PROPERTY_SETTINGS
 @given(doc=skill_docs())
 def test_render_then_parse_round_trips(doc: SkillDoc) -> None:
-    # One drawn document is checked in every dialect: drawing dominates the running time.
-    for dialect in DIALECTS:
+    # One drawn document is checked in every form: drawing dominates the running time.
+    for dialect in FORMS:
         _check_round_trip(doc, dialect)
 
 
@@ -161,14 +184,14 @@ def _check_round_trip(doc: SkillDoc, dialect: str) -> None:
     assert keys[:2] == ["name", "description"]
     assert ("metadata" in keys) == bool(doc.metadata)
     assert ("disable-model-invocation" in keys) == (
-        doc.disable_model_invocation and dialect != "agentskills"
+        doc.disable_model_invocation and dialect not in ("agentskills", "hermes")
     )
-    if dialect == "claude" and validate_name_or_none(doc.name) is not None:
-        assert "!`" not in rendered
+    if validate_name_or_none(doc.name) is not None:
+        assert HERMES_INLINE_SHELL.search(rendered) is None
         assert re.search(r"`{3,}!", rendered) is None
 
 
-@pytest.mark.parametrize("dialect", ["dsh", "agentskills"])
+@pytest.mark.parametrize("dialect", ["dsh", "agentskills", "hermes"])
 def test_round_trip_examples_are_exact(dialect: str) -> None:
     # Spelled-out cases the property test might only rarely draw.
     for value in YAML_SPECIAL:
@@ -182,13 +205,14 @@ def test_round_trip_examples_are_exact(dialect: str) -> None:
         if not _fold_is_unambiguous(doc):
             continue
         parsed = parse_skill(render_skill(doc, dialect), dialect=dialect)
+        expected = _expected_fields(doc, dialect)
         assert (parsed.name, parsed.description, parsed.when_to_use) == (
-            doc.name,
-            doc.description,
-            doc.when_to_use,
+            expected["name"],
+            expected["description"],
+            expected["when_to_use"],
         )
-        assert dict(parsed.metadata) == dict(doc.metadata)
-        assert parsed.body == doc.body
+        assert dict(parsed.metadata) == expected["metadata"]
+        assert parsed.body == expected["body"]
 
 
 def test_body_with_frontmatter_lookalikes_is_kept_exactly() -> None:
@@ -242,7 +266,7 @@ def test_when_to_use_key_per_dialect() -> None:
     assert "when_to_use" not in agentskills
     assert (
         "\ndescription: Stabilise flaky tests by removing timing assumptions. Use when a test "
-        "fails only sometimes\n"
+        "fails only sometimes.\n"
     ) in agentskills
 
 
@@ -324,11 +348,27 @@ def test_claude_dialect_neutralises_shell_directives() -> None:
     assert parsed.description == "run ! `id` first"
 
 
-@pytest.mark.parametrize("dialect", ["dsh", "agentskills"])
-def test_other_dialects_keep_the_body_verbatim(dialect: str) -> None:
-    body = "Status: !`git status`\n```!\nls\n```\n"
-    rendered = render_skill(_doc(body=body), dialect)
-    assert parse_skill(rendered, dialect=dialect).body == body
+@pytest.mark.parametrize("dialect", FORMS)
+def test_every_dialect_neutralises_shell_triggers(dialect: str) -> None:
+    body = "Status: !`git status`\n```!\nls\n```\n```bash\necho !`id`\n```\n"
+    doc = _doc(body=body, description="Run !`id` first.", when_to_use="!`touch x` ran")
+    rendered = render_skill(doc, dialect)
+    assert HERMES_INLINE_SHELL.search(rendered) is None
+    assert re.search(r"`{3,}!", rendered) is None
+    parsed = parse_skill(rendered, dialect=dialect)
+    # Code stays readable as code: the same command, one space more.
+    assert parsed.body == "Status: ! `git status`\n```\\!\nls\n```\n```bash\necho ! `id`\n```\n"
+    assert "! `id`" in parsed.description
+
+
+def test_a_file_is_neutralised_in_place_and_only_when_it_holds_a_trigger() -> None:
+    clean = b"---\nname: a\ndescription: d\n---\nRun `make`.\n"
+    assert neutralise_file(clean) is clean
+    live = b"---\nname: a\ndescription: 'now: !`date`'\nallowed-tools: Bash\n---\n!`id`\n"
+    assert neutralise_file(live) == (
+        b"---\nname: a\ndescription: 'now: ! `date`'\nallowed-tools: Bash\n---\n! `id`\n"
+    )
+    assert neutralise_file(b"\xff!`id`") == b"\xff!`id`"  # not UTF-8: no agent loads it
 
 
 @PROPERTY_SETTINGS
@@ -458,7 +498,7 @@ def test_agentskills_splits_at_the_first_marker() -> None:
     parsed = parse_skill(rendered, dialect="agentskills")
     assert (parsed.description, parsed.when_to_use) == (
         "Formats code.",
-        "saving Use when the user asks",
+        "saving Use when the user asks.",
     )
     assert render_skill(parsed, "agentskills") == rendered
 
@@ -569,8 +609,8 @@ def test_a_good_skill_is_valid_in_every_dialect(dialect: str) -> None:
         (
             "agentskills",
             {"description": "d" * 1000, "when_to_use": "w" * 100},
-            "description with when-to-use folded in is 1110 characters; "
-            "the agentskills dialect allows 1024",
+            "description with when-to-use folded in is 1112 characters; "
+            "the agentskills dialect allows 1024 (88 over)",
         ),
         (
             "agentskills",
@@ -613,7 +653,8 @@ def test_limits_are_inclusive_and_dialect_specific() -> None:
     validate_skill(_doc(description="x" * 1024), "claude")
     validate_skill(_doc(description="multi\nline <ok> in dsh\twith tab"), "dsh")
     validate_skill(_doc(description="multi\nline", when_to_use="also\nfine"), "claude")
-    validate_skill(_doc(description="d" * 1000, when_to_use="w" * 14), "agentskills")
+    # 1,000 + "." + " Use when " + 12 + "." = 1,024
+    validate_skill(_doc(description="d" * 1000, when_to_use="w" * 12), "agentskills")
 
 
 # --------------------------------------------------------------------------- value semantics
@@ -633,3 +674,102 @@ def test_skill_doc_mappings_are_read_only_copies() -> None:
     assert changed.metadata["version"] == "2"
     with pytest.raises(TypeError):
         changed.metadata["version"] = "3"  # type: ignore[index]
+
+
+# --------------------------------------------------------------------------- the fold
+
+
+@pytest.mark.parametrize(
+    ("description", "when", "folded"),
+    [
+        (
+            "Fix builds that hang",
+            "A build hangs on the dependency step.",
+            "Fix builds that hang. Use when a build hangs on the dependency step.",
+        ),
+        ("Fix it.", "Use when CI says no", "Fix it. Use when CI says no."),
+        ("Fix it.", "When GitHub Actions fails..", "Fix it. Use when GitHub Actions fails."),
+        ("Fix it!", "I see a stale cache", "Fix it! Use when I see a stale cache."),
+        ("Fix it.", "the tests time out?", "Fix it. Use when the tests time out?"),
+        ("Fix it.", "use this skill when S3 uploads stall", "Fix it. Use when S3 uploads stall."),
+        ("Fix it.", "Use when", "Fix it."),
+    ],
+)
+def test_the_agentskills_fold_reads_as_one_sentence(
+    description: str, when: str, folded: str
+) -> None:
+    assert fold_description(description, when) == folded
+    rendered = render_skill(_doc(description=description, when_to_use=when), "agentskills")
+    assert f"\ndescription: {folded}\n" in rendered
+    parsed = parse_skill(rendered, dialect="agentskills")
+    assert render_skill(parsed, "agentskills") == rendered
+
+
+# --------------------------------------------------------------------------- the hermes form
+
+
+def test_hermes_puts_when_to_use_in_the_body_before_the_first_section() -> None:
+    doc = _doc(
+        description="Stabilise flaky tests.",
+        when_to_use="A test fails only sometimes.",
+        body=(
+            "# Flaky tests\n\nWhy they flake.\n\n```md\n## not a heading\n```\n\n"
+            "## Steps\n\n1. Go.\n"
+        ),
+    )
+    rendered = render_skill(doc, "hermes")
+    assert _frontmatter(rendered)["description"] == "Stabilise flaky tests."
+    assert "when" not in "".join(_frontmatter(rendered))
+    assert rendered.endswith(
+        "---\n# Flaky tests\n\nWhy they flake.\n\n```md\n## not a heading\n```\n\n"
+        "## When to Use\n\nA test fails only sometimes.\n\n## Steps\n\n1. Go.\n"
+    )
+    parsed = parse_skill(rendered, dialect="hermes")
+    assert (parsed.when_to_use, parsed.body) == (doc.when_to_use, doc.body)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("1. Go.\n", "1. Go.\n\n## When to Use\n\nCI is red.\n"),
+        ("```sh\nmake\n", "## When to Use\n\nCI is red.\n\n```sh\nmake\n"),
+    ],
+)
+def test_hermes_when_section_without_a_heading(body: str, expected: str) -> None:
+    rendered = render_skill(_doc(body=body, when_to_use="CI  is\nred."), "hermes")
+    assert rendered.split("\n---\n", 1)[1] == expected
+    parsed = parse_skill(rendered, dialect="hermes")
+    assert (parsed.when_to_use, parsed.body) == ("CI is red.", body)
+
+
+def test_a_persons_when_to_use_section_stays_in_the_body() -> None:
+    source = "---\nname: a\ndescription: d.\n---\n## When to Use\n\n- one\n- two\n"
+    parsed = parse_skill(source, dialect="hermes")
+    assert (parsed.when_to_use, parsed.body) == (None, "## When to Use\n\n- one\n- two\n")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"description": "Stabilise flaky tests by removing every timing assumption now."},
+            "description is 62 characters; Hermes's skill index allows 60 (2 over)",
+        ),
+        ({"description": "Stabilise flaky tests"}, "description must end with a period"),
+        ({"description": "Find the race. Fix it."}, "description must be one sentence"),
+        (
+            {"description": "Use fix flaky tests daily."},
+            "must not repeat the name 'fix-flaky-tests'",
+        ),
+        ({"description": "Use Fix-Flaky-Tests daily."}, "must not repeat the name"),
+        ({"when_to_use": "two\nlines"}, "when_to_use must be a single line"),
+    ],
+)
+def test_hermes_index_line_rules(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidSkill, match=re.escape(message)):
+        validate_skill(_doc(**{"description": "Stabilise flaky tests.", **overrides}), "hermes")
+
+
+def test_hermes_accepts_a_sixty_character_sentence_and_a_one_word_name() -> None:
+    validate_skill(_doc(description="S" * 59 + "."), "hermes")
+    validate_skill(_doc(name="deploy", description="Deploy the API e.g. on Fridays."), "hermes")

@@ -381,10 +381,14 @@ def test_with_no_config_each_agent_learns_into_the_library_it_loads(machine: Mac
     }
     assert frontmatter(written["claude"])["when_to_use"] == "Before alembic-enum-migration run."
     assert frontmatter(written["dsh"])["whenToUse"] == "Before pypi-release-check run."
-    for library in ("codex", "hermes"):  # agentskills: one line, when-to-use folded in
-        skill = AGENT_SKILLS[library][1]
-        description = frontmatter(written[library])["description"]
-        assert description == f"{TEACHES[skill][0]} Use when Before {skill} run."
+    # agentskills: one line, when-to-use folded in as one sentence
+    skill = AGENT_SKILLS["codex"][1]
+    description = frontmatter(written["codex"])["description"]
+    assert description == f"{TEACHES[skill][0]} Use when before {skill} run."
+    # Hermes: the description is the whole index line, the when-to-use is in the body
+    skill = AGENT_SKILLS["hermes"][1]
+    assert frontmatter(written["hermes"])["description"] == TEACHES[skill][0]
+    assert f"\n## When to Use\n\nBefore {skill} run.\n" in written["hermes"].read_text()
 
     rows = machine.json("skills", "list")
     assert {(row["name"], row["library"]) for row in rows} == {
@@ -542,7 +546,7 @@ def test_library_option_on_every_skills_command_usage_and_mcp(machine: Machine) 
         ("skills", "pin", "shared", "--library", "codex"),
         ("skills", "list", "--library", "codex", "--json"),
     )
-    assert "Use when Always." in codex_text and "when_to_use" not in codex_text
+    assert "Use when always." in codex_text and "when_to_use" not in codex_text
     assert claude_text == (holders[0] / "shared" / "SKILL.md").read_text(encoding="utf-8")
     assert sorted((row["name"], row["library"]) for row in json.loads(codex_rows)) == [
         ("docker-layer-cache", "codex"),
@@ -647,8 +651,7 @@ def test_hermes_own_skills_in_category_folders_are_seen_and_never_copied(machine
         {
             "hermes": proposal(
                 "restart-gunicorn-workers",
-                description="Stop intermittent nginx 502s by aligning gunicorn's worker timeout "
-                "with nginx.",
+                description="Stop nginx 502s by aligning gunicorn's worker timeout.",
                 content=body,
             )
         }

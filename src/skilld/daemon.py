@@ -21,7 +21,7 @@ from anyio.abc import TaskStatus
 
 from skilld.app import App, open_app
 from skilld.config import Config, ConfigError
-from skilld.errors import UsageError
+from skilld.errors import LibraryError, UsageError
 from skilld.evolve.report import TickReport
 from skilld.evolve.supervisor import SPEND_KEY, Evolver
 from skilld.evolve.wiring import bind_sources, llm_settings
@@ -29,11 +29,14 @@ from skilld.llm import LLMClient
 from skilld.log import configure_logging, get_logger
 from skilld.notify import Notifier
 from skilld.routing import AGENTS, default_path, default_sources, resolve
+from skilld.skills.library import Origin
 from skilld.state import DaemonLock
 from skilld.team import record_round, set_up, sync_round, team_libraries
 
 #: Hook the curator registers: (app, llm, now) -> None, run inside the loop when due.
 CuratorPass = Callable[[App, LLMClient], Any]
+#: Who breaks an older skilld's shell triggers at start-up, for the event log.
+STARTUP = Origin(source="daemon")
 
 
 #: How long a stopping daemon waits for its panel's open requests (a live events view).
@@ -108,6 +111,7 @@ class Daemon:
                 with open_app(self.config, prepare=True) as app:
                     self._say_if_nothing_to_read(app)
                     self._set_up_teams(app)
+                    self._break_shell_triggers(app)
                     spent = app.state.get_meta(SPEND_KEY, [])
                     async with LLMClient(llm_settings(self.config), spent=spent) as llm:
                         evolver = Evolver(app, llm, bind_sources(self.config, app.routing))
@@ -179,6 +183,17 @@ class Daemon:
                     detail={"path": str(source.path)},
                 )
         return True
+
+    def _break_shell_triggers(self, app: App) -> None:
+        """Skills an older skilld wrote may run a command as an agent loads them: at start-up
+        their triggers are broken (docs/security.md). A library that cannot be rewritten now
+        is an error event, and learning goes on."""
+        for library in app.libraries.values():
+            try:
+                library.break_shell_triggers(STARTUP)
+            except (LibraryError, OSError) as exc:
+                reason = f"could not break load-time shell triggers: {exc}"
+                app.state.add_event("error", library=library.name, source="daemon", reason=reason)
 
     def _set_up_teams(self, app: App) -> None:
         """Team libraries become work trees of their remotes (no network); what needs a person

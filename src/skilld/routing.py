@@ -184,7 +184,8 @@ class LibrarySpec(NamedTuple):
     extra_dirs: tuple[Path, ...]
     max_content_chars: int
     history_keep: int
-    #: The source kind whose agent loads this library, when it is an agent's own.
+    #: The source kind whose agent loads this library, when it is an agent's own (by name, or
+    #: by dir): it decides the form the library writes (`skills.names.form_of`).
     agent: str | None = None
     #: For a project library: the project root it belongs to.
     project_root: Path | None = None
@@ -450,8 +451,20 @@ def _declared(table: LibraryConfig, config: Config) -> LibrarySpec:
         project_dir=project_dir,
         remote=_remote(table.remote, config),
         branch=table.branch,
-        agent=kind,
+        agent=kind if kind is not None else _agent_loading(table.dir),
     )
+
+
+def _agent_loading(directory: Path | None) -> str | None:
+    """The agent (source kind) that loads skills from `directory`: the one whose own skills
+    dir it is, so a library declared under another name still writes what that agent lists."""
+    if directory is None:
+        return None
+    where = Path(os.path.abspath(directory))
+    for kind, agent in AGENTS.items():
+        if Path(os.path.abspath(agent.dir())) == where:
+            return kind
+    return None
 
 
 def _legacy(config: Config) -> LibrarySpec:
@@ -470,6 +483,7 @@ def _legacy(config: Config) -> LibrarySpec:
         extra_dirs=skills.extra_dirs,
         max_content_chars=skills.max_content_chars,
         history_keep=skills.history_keep,
+        agent=_agent_loading(skills.dir),
     )
 
 

@@ -6,7 +6,7 @@
 - A reply that tries to set `allowed-tools`, `hooks`, `model`, `context`,
   `disableModelInvocation` (as JSON keys, as YAML smuggled into a field, as a second
   frontmatter in the body) never gets one of them into a written file, in any dialect.
-- `` !`cmd` `` and ```` ```! ```` in the claude dialect are neutralised in the written file.
+- `` !`cmd` `` and ```` ```! ```` are neutralised in the written file, in every library.
 - A skills-dir entry that is a symlink out of the root (to `/etc`) is listed as broken and never
   written through.
 - Instructions in a tool's output stay inside the transcript delimiters of the request, and a
@@ -298,7 +298,7 @@ def test_hostile_names_are_refused_everywhere(
 
 
 # ------------------------------------------------------------------------------------------
-# 2. Frontmatter keys the model must not set, and 3. shell directives (claude dialect)
+# 2. Frontmatter keys the model must not set, and 3. shell directives (every library)
 
 ALLOWED_KEYS = {
     "dsh": {"name", "description", "whenToUse", "metadata"},
@@ -401,14 +401,22 @@ SHELL_DIRECTIVES = (
 )
 
 
-#: A shell directive the claude dialect would run: inline !`cmd`, or a fence opened with `!`.
+#: A shell directive an agent would run as it loads the skill: inline !`cmd` (Claude Code, and
+#: Hermes with `skills.inline_shell`), or a fence opened with `!` (Claude Code).
 LIVE_DIRECTIVE = re.compile(r"!`|```+!")
 
 
-def test_shell_directives_are_neutralised_in_the_claude_dialect(
-    claude_workspace: Workspace, fake_llm: FakeLLM, campaign_figures: Any
+@pytest.mark.parametrize("library", ["dsh", "claude", "codex", "hermes"])
+def test_shell_directives_are_neutralised_in_every_library(
+    tmp_path: Path, fake_llm: FakeLLM, library: str, campaign_figures: Any
 ) -> None:
-    workspace = claude_workspace
+    workspace = Workspace(tmp_path / "ws", llm_url=fake_llm.base_url)
+    workspace.sessions.mkdir(parents=True)
+    skills = tmp_path / "ws" / f"{library}-skills"
+    workspace.libraries = [{"name": library, "dir": str(skills)}]
+    workspace.sources = [{"kind": "jsonl", "path": str(workspace.sessions), "library": library}]
+    workspace.settings = {"evolve": {"publish": "auto"}}
+    workspace.write_config()
     workspace.add_session("s1", conversation())
     fake_llm.push(
         reply_with(
@@ -421,7 +429,7 @@ def test_shell_directives_are_neutralised_in_the_claude_dialect(
         )
     )
     run_once(workspace)
-    text = (workspace.skills / "inspect-host" / "SKILL.md").read_text(encoding="utf-8")
+    text = (skills / "inspect-host" / "SKILL.md").read_text(encoding="utf-8")
     shown = workspace.cli("skills", "show", "inspect-host")
     assert shown.returncode == 0
     sent = SHELL_DIRECTIVES + "!`id` !`whoami`"  # the body, the description, when to use
@@ -431,7 +439,7 @@ def test_shell_directives_are_neutralised_in_the_claude_dialect(
     live_shown = len(LIVE_DIRECTIVE.findall(shown.stdout.replace("\\!`", "")))
     inert = text.count("! `")
     campaign_figures(
-        "security shell directives",
+        f"security shell directives ({library})",
         directives=directives,
         live_after_write=live,
         live_in_show=live_shown,

@@ -35,7 +35,7 @@ from skilld.evolve.safety import risky_patterns
 from skilld.evolve.window import delimit
 from skilld.llm import LLMClient, LLMError
 from skilld.redact import merge_counts, redact
-from skilld.skills.document import DESCRIPTION_LIMITS, SkillDoc
+from skilld.skills.document import LISTING_BUDGETS, SkillDoc
 from skilld.skills.library import Library, Unchanged, Written
 from skilld.skills.names import InvalidName, validate_name
 from skilld.skills.usage import COUNT_FIELDS, Record, count_of, report_row
@@ -106,8 +106,8 @@ Rules:
 - merge: "into" is an existing skill that absorbs the others, or a new lowercase kebab-case \
 name; "from" lists the skills it absorbs; "content" is the complete Markdown body of the \
 umbrella (steps, commands in fenced code blocks, checks), keeping every distinct procedure of \
-the merged skills; "description" is one sentence (at most {description_limit} characters, no \
-angle brackets).
+the merged skills; "description" is one sentence ending with a period (at most \
+{description_limit} characters, no angle brackets).
 - archive: only for a skill that is wrong, obsolete or useless; say why in "reason".
 - Steps that download and execute code from the network are never acceptable.
 """
@@ -347,7 +347,7 @@ def build_messages(
     system = SYSTEM_PROMPT.format(
         open_tag=window.open_tag,
         close_tag=window.close_tag,
-        description_limit=DESCRIPTION_LIMITS.get(dialect, 500),
+        description_limit=LISTING_BUDGETS[dialect].description,
     )
     user = USER_PROMPT.format(count=len(skills), skills=window.delimited)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -408,7 +408,7 @@ async def consolidate(
         report.reason = "fewer than two managed, unpinned skills"
         return report
     messages = build_messages(
-        listed, dialect=library.dialect, budget_chars=app.config.evolve.window_max_chars
+        listed, dialect=library.form, budget_chars=app.config.evolve.window_max_chars
     )
     try:
         reply = await llm.chat(messages, json_schema=ACTIONS_SCHEMA, schema_name="curator_actions")
@@ -435,7 +435,7 @@ async def consolidate(
                 detail={"raw": parsed.raw, "stage": "consolidation"},
             )
         return report
-    judged = judge_actions(parsed, facts, dialect=library.dialect)
+    judged = judge_actions(parsed, facts, dialect=library.form)
     if dry_run:
         report.status = "planned"
         report.outcomes = [

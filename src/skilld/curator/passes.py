@@ -221,7 +221,7 @@ def _set_invocation(
     curator's own rewrite is no activity: it is not counted as a patch, so that disabling a
     stale skill does not make it look fresh."""
     try:
-        doc = parse_skill(entry.path.read_bytes(), dialect=library.dialect)
+        doc = parse_skill(entry.path.read_bytes(), dialect=library.form)
     except (OSError, SkillParseError) as exc:
         _fail(library, report, entry.name, "rewrite", exc)
         return False

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from skilld.evolve.contract import SCOPE_TEXT
 from skilld.evolve.window import Window
-from skilld.skills.document import DESCRIPTION_LIMITS, SkillDoc
+from skilld.skills.document import AGENTSKILLS_WHEN_MARKER, LISTING_BUDGETS, SkillDoc
 
 PROMPT_VERSION = "2026-12-01.1"
 
@@ -71,9 +71,8 @@ Reply with exactly one JSON object and nothing else, in one of these two forms:
 
 Rules for an evolve reply:
 - name: lowercase kebab-case (a-z, 0-9, single hyphens), at most 64 characters{name_rule}.
-- description: one sentence on what the skill does, at most {description_limit} characters, no \
-angle brackets.
-- whenToUse: one sentence on the situations that call for it.
+- description: {description_rule}
+- whenToUse: {when_rule}
 - content: the Markdown body only (no frontmatter), at most {max_content_chars} \
 characters{body_rule}.
 - reason: one sentence naming the evidence in the window (what passed, what the user said).
@@ -120,9 +119,10 @@ Reply with exactly one JSON object and nothing else:
 or, when the current text already says everything the change says:
 {"evolve": false, "reason": "..."}
 
-Rules: name stays "{name}"; description at most {description_limit} characters, no angle \
-brackets; content is the Markdown body only (no frontmatter), at most {max_content_chars} \
-characters{body_rule}.
+Rules: name stays "{name}"; content is the Markdown body only (no frontmatter), at most \
+{max_content_chars} characters{body_rule}.
+- description: {description_rule}
+- whenToUse: {when_rule}
 """
 
 MERGE_USER_PROMPT = """\
@@ -201,13 +201,49 @@ def _rules(settings: PromptSettings) -> dict[str, object]:
         name_rule = ', never containing "claude" or "anthropic"'
     if settings.name_prefix:
         name_rule += f', starting with "{settings.name_prefix.removesuffix("-")}-"'
-    body_rule = ", under 500 lines" if settings.dialect in ("claude", "agentskills") else ""
+    body_rule = ", under 500 lines" if settings.dialect != "dsh" else ""
+    description_rule, when_rule = _listing_rules(settings.dialect)
     return {
         "name_rule": name_rule,
         "body_rule": body_rule,
-        "description_limit": DESCRIPTION_LIMITS.get(settings.dialect, 500),
+        "description_limit": LISTING_BUDGETS[settings.dialect].description,
+        "description_rule": description_rule,
+        "when_rule": when_rule,
         "max_content_chars": settings.max_content_chars,
     }
+
+
+def _listing_rules(form: str) -> tuple[str, str]:
+    """The description and whenToUse rules of the target library: what its agent lists of a
+    skill every session (`LISTING_BUDGETS`), so the model writes within it."""
+    budget = LISTING_BUDGETS[form]
+    when = "one sentence on the situations that call for it, no angle brackets."
+    if budget.index_line:
+        return (
+            f"ONE sentence on what the skill does, at most {budget.description} characters, "
+            "ending with a period, not repeating the skill's name, no angle brackets. The "
+            f"agent's skill index shows these {budget.description} characters and nothing "
+            "else of the skill every session: count them.",
+            when + ' skilld puts it into the skill\'s body under "## When to Use": keep it out '
+            "of the description, and write no such section in content.",
+        )
+    description = (
+        f"one sentence on what the skill does, at most {budget.description} characters, no "
+        "angle brackets."
+    )
+    if form == "claude":
+        return description, (
+            f"{when[:-1]}; description and whenToUse together at most {budget.listed} "
+            "characters (the agent lists both)."
+        )
+    if form == "agentskills":
+        marker = AGENTSKILLS_WHEN_MARKER.strip()
+        return description, (
+            f'{when[:-1]}. The agent lists "<description> {marker} <whenToUse>" as one '
+            f"sentence of at most {budget.listed} characters, so begin it in lower case, "
+            f'without "{marker}".'
+        )
+    return description, when
 
 
 def _guidance(settings: PromptSettings) -> str:

@@ -45,6 +45,7 @@ from skilld.llm import LLMClient
 from skilld.routing import Routing, resolve
 from skilld.skills.document import render_skill
 from skilld.skills.library import BUNDLED_MANIFEST, HUB_LOCK, SKILL_FILE, Library
+from skilld.skills.names import form_of
 from skilld.skills.usage import USAGE_FILE
 from skilld.state import Provenance, StateDB
 
@@ -466,7 +467,7 @@ def _render_staged(app: App, staged_json: Path, out: Path) -> Path:
     if item is None:
         return staged_json
     spec = app.routing.libraries.get(item.library.partition("@")[0])
-    dialect = spec.dialect if spec is not None else "dsh"
+    dialect = form_of(spec.dialect, spec.agent) if spec is not None else "dsh"
     target = out / "staged" / staged_json.parent.name / item.name / SKILL_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_skill(item.doc(), dialect), encoding="utf-8")

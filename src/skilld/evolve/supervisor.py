@@ -516,7 +516,7 @@ class Evolver:
     def _prompt_settings(self, library: Library) -> PromptSettings:
         evolve = self.config.evolve
         return PromptSettings(
-            dialect=library.dialect,
+            dialect=library.form,
             max_content_chars=library.max_content_chars,
             name_prefix=library.spec.name_prefix,
             with_scope=evolve.scope == "auto" and bool(library.spec.project_dir),
@@ -578,7 +578,7 @@ class Evolver:
         )
         total = sum(len(message["content"]) for message in messages)
         self._prompt_chars[job.library] = total - len(redaction.text)
-        rules = Rules(user.dialect, user.max_content_chars, user.spec.name_prefix)
+        rules = Rules(user.form, user.max_content_chars, user.spec.name_prefix)
         schema = proposal_schema(with_scope=settings.with_scope)
         return await self._converse(
             messages, rules, schema, report, spend, job, known=[name for name, _ in existing]
@@ -840,7 +840,7 @@ class Evolver:
             and existing.doc is not None
             and not body["merged"]
             and library.protection(existing, library.usage_record(existing.name)) is None
-            and not same_text(existing.doc, doc, library.dialect)
+            and not same_text(existing.doc, doc, library.form)
         ):
             merged = await self._merge(existing.doc, doc, kept, library, report, spend)
             if isinstance(merged, Failed):
@@ -946,7 +946,7 @@ class Evolver:
             first,
             git=from_json(kept.body.get("git")),
         )
-        rules = Rules(library.dialect, library.max_content_chars, "")
+        rules = Rules(library.form, library.max_content_chars, "")
         return await self._converse(
             messages,
             rules,

@@ -7,7 +7,8 @@ from skilld import lazy_exports
 _EXPORTS = {
     **dict.fromkeys(
         [
-            "DESCRIPTION_LIMITS",
+            "AGENTSKILLS_WHEN_MARKER",
+            "LISTING_BUDGETS",
             "InvalidSkill",
             "SkillDoc",
             "SkillParseError",
@@ -34,7 +35,8 @@ _EXPORTS = {
         "library",
     ),
     **dict.fromkeys(
-        ["InvalidName", "apply_prefix", "is_safe_path_component", "validate_name"], "names"
+        ["InvalidName", "apply_prefix", "form_of", "is_safe_path_component", "validate_name"],
+        "names",
     ),
     **dict.fromkeys(
         [

@@ -10,14 +10,23 @@ blanks on the ``---`` lines) because skilld also lists skills that people wrote 
 Writing is canonical: LF line endings and a body that ends in exactly one newline, so that
 rendering the same skill twice gives the same bytes, and so the same hash.
 
-Claude Code runs shell commands written in a skill as ``!`` directly followed by a
-backtick-quoted command, and fenced blocks opened with three backticks directly followed by
-``!``, before the model reads the skill. Its preprocessor works on raw text: code spans,
-code fences and a backslash before the ``!`` do not stop it. A skill learned from an
-untrusted transcript must never run a command on load, so the claude dialect breaks both
-triggers when rendering: a space goes between ``!`` and the backtick, and a backslash between
-the fence and its ``!`` (Markdown still shows that info string as ``!``). Parsing does not undo
-this; rendering an already neutralised text changes nothing.
+No skill runs anything as it loads, in any dialect. Claude Code runs ``!`` directly followed
+by a backtick-quoted command, and fenced blocks opened with three backticks directly followed
+by ``!``, before the model reads a skill; Hermes Agent, with its opt-in
+``skills.inline_shell``, runs every match of ``!`([^`\n]+)``` in a skill it loads
+(hermes-agent ``agent/skill_preprocessing.py``, ``_INLINE_SHELL_RE``). Both work on the raw
+text: code spans, code fences and a backslash before the ``!`` do not stop them. So
+``render_skill`` breaks both triggers in every dialect, in every field and all through the
+body, fences included: a space goes between ``!`` and the backtick, and a backslash between
+the fence and its ``!``. Both changes are visible and harmless on purpose: a person reading
+the skill sees the same command text, one space after the ``!`` (``! `date```), Markdown shows
+the fence's info string as ``!`` still, and no invisible character rides along into a command
+someone copies (a zero-width character would, and Hermes's own skill guard flags those as an
+injection). DeepSeek Harness injects a skill's rendered body as well; its files get the same
+treatment, so no dialect depends on what its loader expands. Parsing does not undo this;
+rendering an already neutralised text changes nothing. Argument and variable substitutions
+(Claude Code's ``$ARGUMENTS``, Hermes's ``${HERMES_SKILL_DIR}``) insert values and run
+nothing, so they stay as written.
 """
 
 import datetime as dt
@@ -28,20 +37,31 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from skilld.skills.names import DIALECTS, InvalidName, require_dialect, validate_name
+from skilld.skills.names import (
+    DIALECTS,
+    FORMS,
+    InvalidName,
+    dialect_of,
+    require_dialect,
+    validate_name,
+)
 
 __all__ = [
     "AGENTSKILLS_WHEN_MARKER",
     "BODY_LINE_LIMITS",
     "BODY_TOKEN_LIMITS",
-    "CLAUDE_LISTING_LIMIT",
-    "DESCRIPTION_LIMITS",
     "DIALECTS",
     "FORBIDDEN_KEYS",
+    "FORMS",
+    "HERMES_WHEN_HEADING",
+    "LISTING_BUDGETS",
     "WHEN_TO_USE_LIMIT",
     "InvalidSkill",
+    "ListingBudget",
     "SkillDoc",
     "SkillParseError",
+    "fold_description",
+    "neutralise_file",
     "neutralise_shell_injection",
     "parse_skill",
     "quick_problem",
@@ -50,15 +70,47 @@ __all__ = [
     "validate_skill",
 ]
 
-DESCRIPTION_LIMITS: Mapping[str, int] = MappingProxyType(
-    {"dsh": 500, "claude": 1024, "agentskills": 1024}
+
+class ListingBudget(NamedTuple):
+    """What an agent puts in front of the model of each skill, every session: past it, the
+    agent chooses the skill on a cut text, or never sees it."""
+
+    #: Characters of the description.
+    description: int
+    #: Characters of all the agent lists of a skill: the description, with the when-to-use
+    #: where the agent lists it too (Claude Code's `when_to_use`, the agentskills fold).
+    listed: int
+    #: Who cuts there, for messages.
+    who: str
+    #: The description is the agent's whole index line: one sentence ending with a period,
+    #: not repeating the skill's name, and the when-to-use goes into the body.
+    index_line: bool = False
+
+
+#: Each form's budget (docs/skills.md has the same table). The numbers and where they come from:
+LISTING_BUDGETS: Mapping[str, ListingBudget] = MappingProxyType(
+    {
+        # DeepSeek Harness: its skill catalog cuts a description at 500 characters and lists
+        # neither whenToUse nor the body (DESIGN.md §2).
+        "dsh": ListingBudget(500, 500, "the dsh dialect"),
+        # Claude Code: "the combined `description` and `when_to_use` text is truncated at
+        # 1,536 characters in the skill listing" (https://code.claude.com/docs/en/skills,
+        # frontmatter table; the `skillListingMaxDescChars` setting). The description alone
+        # is held to the Agent Skills limit of 1,024, which Claude Code's validation applies.
+        "claude": ListingBudget(1024, 1536, "the claude dialect"),
+        # Agent Skills (Codex, and any loader of the open format): "description ... Max 1024
+        # characters" (https://agentskills.io/specification). The fold is the description.
+        "agentskills": ListingBudget(1024, 1024, "the agentskills dialect"),
+        # Hermes Agent: "the system-prompt skill index truncates the description to 60 chars
+        # and loads it every session, so anything past char 60 is silently cut and never
+        # routes"; its standard is "ONE sentence, <=60 characters, ends with a period ... Do
+        # NOT repeat the skill name" (hermes-agent agent/learn_prompt.py, _AUTHORING_STANDARDS).
+        "hermes": ListingBudget(60, 60, "Hermes's skill index", index_line=True),
+    }
 )
 #: The design gives no limit for when-to-use; one keeps a runaway model from filling every
 #: prompt that lists skills.
 WHEN_TO_USE_LIMIT = 1024
-#: Claude Code cuts description + when_to_use at this many characters in its skill listing:
-#: past it, the agent would choose the skill on a truncated text.
-CLAUDE_LISTING_LIMIT = 1536
 #: Body budgets of the dialects whose agents ask for short skill files (the agentskills spec:
 #: under 500 lines and about 5,000 tokens; Claude Code: SKILL.md under 500 lines).
 BODY_LINE_LIMITS: Mapping[str, int] = MappingProxyType({"claude": 500, "agentskills": 500})
@@ -67,6 +119,9 @@ BODY_TOKEN_LIMITS: Mapping[str, int] = MappingProxyType({"claude": 5000, "agents
 CHARS_PER_TOKEN = 4
 #: How the agentskills dialect folds when-to-use into the description.
 AGENTSKILLS_WHEN_MARKER = " Use when "
+#: The body section the hermes form writes the when-to-use into: Hermes's own heading, second
+#: in its authoring standard's section order (agent/learn_prompt.py).
+HERMES_WHEN_HEADING = "## When to Use"
 
 #: Keys skilld never writes, whatever a SkillDoc carries. The legacy camelCase spellings make
 #: DSH ignore the whole file.
@@ -83,6 +138,15 @@ _ANGLE_BRACKET_DIALECTS = frozenset({"claude", "agentskills"})
 _DELIMITER_LINE = re.compile(r"^---[ \t]*$", re.MULTILINE)
 _OPENING_LINE = re.compile(r"---[ \t]*(?:\n|\Z)")
 _FENCE_TRIGGER = re.compile(r"(```+)!")
+#: Claude Code's and Hermes's inline trigger: `!` directly before a backtick.
+_INLINE_TRIGGER = "!`"
+# A CommonMark code fence opening (up to three spaces, three or more backticks or tildes).
+_FENCE_OPENING = re.compile(r" {0,3}(`{3,}|~{3,})")
+# What a when-to-use may open with that the fold's own "Use when" already says.
+_WHEN_LEAD = re.compile(r"(?:use\s+(?:this\s+(?:skill\s+)?)?when|when)(?:\s+|$)", re.IGNORECASE)
+# Where a description holds more than one sentence: a full stop, then a capital ("e.g. a" is
+# one sentence, "Find it. Fix it." two).
+_SENTENCE_BREAK = re.compile(r"[.!?]\s+[A-Z]")
 # Characters YAML (or str.splitlines) treats as a line break.
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 # Wide enough that the emitter never folds a line; folding would be harmless YAML but makes
@@ -166,10 +230,11 @@ class SkillDoc(_SkillFields):
 def parse_skill(text: str | bytes, *, dialect: str | None = None) -> SkillDoc:
     """Read a skill file.
 
-    ``dialect`` only changes interpretation where dialects disagree: with ``agentskills`` a
-    description of the form ``"<description> Use when <when>"`` is unfolded (unless the file
-    also has an explicit when-to-use key), and the dialect's own when-to-use spelling wins
-    when a file has both.
+    ``dialect`` (a dialect or a form) only changes interpretation where dialects disagree:
+    with ``agentskills`` a description of the form ``"<description> Use when <when>"`` is
+    unfolded, with ``hermes`` the body's ``## When to Use`` section as the hermes form writes
+    it is taken out (either unless the file also has an explicit when-to-use key), and the
+    dialect's own when-to-use spelling wins when a file has both.
     """
     if dialect is not None:
         require_dialect(dialect)
@@ -243,6 +308,8 @@ def _doc_from_frontmatter(
     explicit_when = when_key in frontmatter or other_when_key in frontmatter
     if dialect == "agentskills" and not explicit_when:
         description, when_to_use = _unfold_description(description)
+    if dialect == "hermes" and not explicit_when:
+        body, when_to_use = _take_when_section(body)
 
     disable = frontmatter.get(_DISABLE_KEY, False)
     if disable is None:
@@ -291,6 +358,46 @@ def _unfold_description(description: str) -> tuple[str, str | None]:
     if not marker or not after:
         return description, None
     return before, after
+
+
+def _take_when_section(body: str) -> tuple[str, str | None]:
+    """The body without the `## When to Use` section the hermes form writes, and its text.
+
+    Only that exact shape is taken (the body's first `##` heading outside a fence, a blank
+    line, one line of text, then the end or a blank line), so that parsing undoes
+    `_with_when_section` exactly; a section a person wrote in another shape stays in the body.
+    """
+    lines = body.split("\n")
+    at, _ = _scan_sections(lines)
+    if at is None or lines[at] != HERMES_WHEN_HEADING or len(lines) < at + 3:
+        return body, None
+    blank, when, rest = lines[at + 1], lines[at + 2], lines[at + 3 :]
+    if blank or not when.strip() or when != when.strip():
+        return body, None
+    head = "".join(line + "\n" for line in lines[:at])
+    if rest in ([], [""]):  # written at the end, after one blank line
+        return (head[:-1] if head.endswith("\n\n") else head), when
+    if rest[0] or len(rest) < 2:
+        return body, None
+    return head + "\n".join(rest[1:]), when
+
+
+def _scan_sections(lines: list[str]) -> tuple[int | None, bool]:
+    """The index of the first `## ` heading outside a code fence (None without one), and
+    whether the text ends inside an open fence."""
+    fence: str | None = None
+    for index, line in enumerate(lines):
+        if fence is not None:
+            if re.fullmatch(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*", line):
+                fence = None
+            continue
+        opening = _FENCE_OPENING.match(line)
+        # A backtick fence's info string holds no backtick (CommonMark): such a line is text.
+        if opening and not (opening.group(1)[0] == "`" and "`" in line[opening.end() :]):
+            fence = opening.group(1)
+        elif line.startswith("## "):
+            return index, False
+    return None, fence is not None
 
 
 def _parse_metadata(value: object) -> Mapping[str, str]:
@@ -385,29 +492,34 @@ def _dumper() -> Any:
 
 
 def render_skill(doc: SkillDoc, dialect: str) -> str:
-    """Write ``doc`` as the text of a skill file in ``dialect``.
+    """Write ``doc`` as the text of a skill file in ``dialect`` (a dialect or a form).
 
-    Only the dialect's keys are written (see the module docstring for the claude dialect's
-    neutralising of shell directives). The body's line endings become LF and it ends in
-    exactly one newline. Render does not validate: call ``validate_skill`` first.
+    Only the dialect's keys are written, and every load-time shell trigger is broken (see the
+    module docstring). In the agentskills dialect the when-to-use is folded into the
+    description (`fold_description`); in the hermes form it becomes the body's
+    `## When to Use` section. The body's line endings become LF and it ends in exactly one
+    newline. Render does not validate: call ``validate_skill`` first.
     """
     require_dialect(dialect)
-    neutralise = neutralise_shell_injection if dialect == "claude" else _unchanged
-    when_to_use = neutralise(doc.when_to_use) if doc.when_to_use else None
-    description = neutralise(doc.description)
+    neutralise = neutralise_shell_injection
+    when_to_use = doc.when_to_use or None
+    body = doc.body
 
     frontmatter: dict[str, object] = {"name": doc.name}
-    if dialect == "agentskills":
-        frontmatter["description"] = _fold_description(description, when_to_use)
+    if dialect == "hermes":
+        frontmatter["description"] = neutralise(doc.description)
+        body = _with_when_section(body, when_to_use)
+    elif dialect == "agentskills":
+        frontmatter["description"] = neutralise(fold_description(doc.description, when_to_use))
     else:
-        frontmatter["description"] = description
+        frontmatter["description"] = neutralise(doc.description)
         if when_to_use is not None:
-            frontmatter[_WHEN_KEYS[dialect]] = when_to_use
+            frontmatter[_WHEN_KEYS[dialect]] = neutralise(when_to_use)
     if doc.metadata:
         frontmatter["metadata"] = {
             neutralise(key): neutralise(value) for key, value in doc.metadata.items()
         }
-    if doc.disable_model_invocation and dialect != "agentskills":
+    if doc.disable_model_invocation and dialect_of(dialect) != "agentskills":
         frontmatter[_DISABLE_KEY] = True
 
     import yaml
@@ -420,45 +532,125 @@ def render_skill(doc: SkillDoc, dialect: str) -> str:
         width=_NO_FOLD_WIDTH,
         default_flow_style=False,
     )
-    return f"---\n{dumped}---\n{_canonical_body(neutralise(doc.body))}"
+    return f"---\n{dumped}---\n{_canonical_body(neutralise(body))}"
 
 
 def neutralise_shell_injection(text: str) -> str:
-    """Break Claude Code's load-time shell directives in ``text`` (idempotent)."""
-    return _FENCE_TRIGGER.sub(r"\1\\!", text.replace("!`", "! `"))
+    """Break every load-time shell trigger in ``text`` (idempotent; see the module docstring).
+
+    The one neutraliser: the renderer applies it to every field of every dialect, and
+    `neutralise_file` to bytes a rollback brings back."""
+    return _FENCE_TRIGGER.sub(r"\1\\!", text.replace(_INLINE_TRIGGER, "! `"))
 
 
-def _unchanged(text: str) -> str:
-    return text
+def neutralise_file(data: bytes) -> bytes:
+    """A skill file's bytes with no live shell trigger: the same bytes when it holds none.
+
+    For bytes skilld did not render just now (a saved version a rollback restores, possibly
+    written by an older skilld or a teammate): the triggers are broken in place, the rest of
+    the file is kept byte for byte, so its frontmatter, even one that does not parse, stays
+    as it was."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data  # no agent loads it as a skill; nothing in it runs
+    neutral = neutralise_shell_injection(text)
+    return data if neutral == text else neutral.encode("utf-8")
 
 
-def _fold_description(description: str, when_to_use: str | None) -> str:
-    if when_to_use is None:
-        return description
-    return f"{description}{AGENTSKILLS_WHEN_MARKER}{when_to_use}"
+def fold_description(description: str, when_to_use: str | None) -> str:
+    """The agentskills description with the when-to-use folded in, as one sentence:
+    ``"<description>. Use when <when>."``.
+
+    A leading "Use when" or "When" of the when-to-use is dropped (the fold says it), its first
+    letter is lower-cased unless the first word looks like an acronym or a name ("CI",
+    "GitHub", "I"), and it ends with one period; the description gets a closing period if it
+    has none. The text is split at its first marker and each side normalised, so that
+    parsing a folded description (which splits there) and folding it again gives it back.
+    """
+    text = f"{description}{AGENTSKILLS_WHEN_MARKER}{when_to_use}" if when_to_use else description
+    before, after = _unfold_description(text)
+    if after is None:
+        return text
+    clause = _when_clause(after)
+    if not clause:
+        return before
+    return f"{_as_sentence(before)}{AGENTSKILLS_WHEN_MARKER}{clause}"
+
+
+def _as_sentence(text: str) -> str:
+    stripped = text.rstrip()
+    if not stripped or stripped[-1] in ".!?":
+        return stripped
+    return stripped + "."
+
+
+def _when_clause(text: str) -> str:
+    clause = text.strip()
+    while (lead := _WHEN_LEAD.match(clause)) is not None:
+        clause = clause[lead.end() :].lstrip()
+    clause = _lower_first_word(clause).rstrip()
+    while clause.endswith("."):
+        clause = clause[:-1].rstrip()
+    if not clause:
+        return ""
+    return clause if clause[-1] in "!?" else clause + "."
+
+
+def _lower_first_word(text: str) -> str:
+    """`text` with its first letter lower-cased, unless its first word looks like an acronym
+    or a name: "I", or a word with a capital or a digit after its first letter."""
+    word = text.split(maxsplit=1)[0] if text.strip() else ""
+    if not word or not word[0].isupper() or word == "I" or word.startswith("I'"):
+        return text
+    if any(character.isupper() or character.isdigit() for character in word[1:]):
+        return text
+    return text[0].lower() + text[1:]
+
+
+def _with_when_section(body: str, when_to_use: str | None) -> str:
+    """The hermes form's body: the when-to-use as a `## When to Use` section, on one line,
+    just before the body's first `##` heading outside a fence, else at its end (at its start
+    when the body ends inside an open fence, where a heading would be code)."""
+    body = _canonical_body(body)
+    line = " ".join(when_to_use.split()) if when_to_use else ""
+    if not line:
+        return body
+    section = f"{HERMES_WHEN_HEADING}\n\n{line}\n"
+    lines = body.split("\n")
+    at, open_fence = _scan_sections(lines)
+    if at is not None:
+        offset = sum(len(text) + 1 for text in lines[:at])
+        return f"{body[:offset]}{section}\n{body[offset:]}"
+    if open_fence:
+        return f"{section}\n{body}"
+    return f"{body}\n{section}"
 
 
 def _canonical_body(body: str) -> str:
     return _normalise_newlines(body).rstrip("\n") + "\n"
 
 
+def listed_text(doc: SkillDoc, dialect: str) -> str:
+    """What the agent of ``dialect`` (a dialect or a form) lists of ``doc`` every session."""
+    if dialect == "agentskills":
+        return fold_description(doc.description, doc.when_to_use or None)
+    if dialect == "claude":
+        return doc.description + (doc.when_to_use or "")
+    return doc.description
+
+
 def same_text(current: SkillDoc, proposed: SkillDoc, dialect: str) -> bool:
     """Whether writing `proposed` over `current` would change what the agent reads.
 
-    Both are compared as `dialect` renders them (line endings, the claude dialect's
-    neutralised shell directives, the body's trailing newlines), so a file read back never
-    differs from the proposal that wrote it; the version counter alone is no change.
+    Both are compared as `dialect` renders them (line endings, neutralised shell triggers,
+    the fold, the body's surrounding blank lines), so a file read back never differs from
+    the proposal that wrote it; the version counter alone is no change.
     """
-    neutralise = neutralise_shell_injection if dialect == "claude" else _unchanged
 
-    def shape(doc: SkillDoc) -> tuple[str, str | None, str, bool]:
-        when = neutralise(_normalise_newlines(doc.when_to_use)) if doc.when_to_use else None
-        return (
-            neutralise(_normalise_newlines(doc.description)),
-            when,
-            _canonical_body(neutralise(doc.body)).strip(),
-            doc.disable_model_invocation,
-        )
+    def shape(doc: SkillDoc) -> tuple[str, bool]:
+        bare = doc._replace(metadata={}, body=_normalise_newlines(doc.body).strip())
+        return render_skill(bare, dialect), doc.disable_model_invocation
 
     return shape(current) == shape(proposed)
 
@@ -467,46 +659,71 @@ def same_text(current: SkillDoc, proposed: SkillDoc, dialect: str) -> bool:
 
 
 def validate_skill(doc: SkillDoc, dialect: str, *, max_content_chars: int = 20000) -> None:
-    """Raise ``InvalidSkill`` naming the first rule ``doc`` breaks in ``dialect``."""
+    """Raise ``InvalidSkill`` naming the first rule ``doc`` breaks in ``dialect`` (a dialect
+    or a form); a budget's message says by how much it is over."""
     require_dialect(dialect)
+    written = dialect_of(dialect)
     try:
-        validate_name(doc.name, dialect=dialect)
+        validate_name(doc.name, dialect=written)
     except InvalidName as error:
         raise InvalidSkill(str(error)) from error
-    _check_description(doc.description, dialect)
-    _check_when_to_use(doc.when_to_use, dialect)
-    if dialect == "agentskills":
-        folded = _fold_description(doc.description, doc.when_to_use or None)
-        limit = DESCRIPTION_LIMITS[dialect]
-        if len(folded) > limit:
-            raise InvalidSkill(
-                f"description with when-to-use folded in is {len(folded)} characters; "
-                f"the agentskills dialect allows {limit}"
-            )
-        if doc.disable_model_invocation:
-            raise InvalidSkill(f"'{_DISABLE_KEY}' cannot be written in the agentskills dialect")
-    if dialect == "claude":
-        listed = len(doc.description) + len(doc.when_to_use or "")
-        if listed > CLAUDE_LISTING_LIMIT:
-            raise InvalidSkill(
-                f"description and when_to_use together are {listed} characters; Claude Code "
-                f"lists at most {CLAUDE_LISTING_LIMIT}"
-            )
+    budget = LISTING_BUDGETS[dialect]
+    _check_description(doc.description, written, budget)
+    _check_when_to_use(doc.when_to_use, written)
+    if budget.index_line:
+        _check_index_line(doc.name, doc.description, budget)
+    listed = len(listed_text(doc, dialect))
+    if dialect == "agentskills" and listed > budget.listed:
+        raise InvalidSkill(
+            f"description with when-to-use folded in is {listed} characters; {budget.who} "
+            f"allows {budget.listed} ({listed - budget.listed} over)"
+        )
+    if dialect == "claude" and listed > budget.listed:
+        raise InvalidSkill(
+            f"description and when_to_use together are {listed} characters; Claude Code "
+            f"lists at most {budget.listed} ({listed - budget.listed} over)"
+        )
+    if written == "agentskills" and doc.disable_model_invocation:
+        raise InvalidSkill(f"'{_DISABLE_KEY}' cannot be written in the agentskills dialect")
     _check_metadata(doc.metadata)
-    _check_body(doc.body, max_content_chars, dialect)
+    _check_body(doc.body, max_content_chars, written)
 
 
-def _check_description(description: object, dialect: str) -> None:
+def _check_description(description: object, dialect: str, budget: ListingBudget) -> None:
     if not isinstance(description, str):
         raise InvalidSkill(f"description must be a string, not {type(description).__name__}")
     if not description.strip():
         raise InvalidSkill("description must not be empty")
-    limit = DESCRIPTION_LIMITS[dialect]
+    limit = budget.description
     if len(description) > limit:
+        hint = (
+            ": one sentence on what the skill does; the when-to-use goes in whenToUse"
+            if budget.index_line
+            else ""
+        )
         raise InvalidSkill(
-            f"description is {len(description)} characters; the {dialect} dialect allows {limit}"
+            f"description is {len(description)} characters; {budget.who} allows {limit} "
+            f"({len(description) - limit} over){hint}"
         )
     _check_field_text("description", description, dialect)
+
+
+def _check_index_line(name: str, description: str, budget: ListingBudget) -> None:
+    """The description is the agent's whole index line: one sentence that ends with a period
+    and does not spend its characters on the name (a name of one word may well be the verb
+    the sentence needs, so only a name of two or more words counts)."""
+    text = description.strip()
+    if not text.endswith("."):
+        raise InvalidSkill(f"description must end with a period: {budget.who} lists one sentence")
+    if _SENTENCE_BREAK.search(text):
+        raise InvalidSkill(f"description must be one sentence: {budget.who} lists one")
+    words = name.split("-")
+    if len(words) > 1 and re.search(
+        r"\b" + r"[-\s]+".join(map(re.escape, words)) + r"\b", text, re.IGNORECASE
+    ):
+        raise InvalidSkill(
+            f"description must not repeat the name {name!r}: {budget.who} shows the name beside it"
+        )
 
 
 def _check_when_to_use(when_to_use: object, dialect: str) -> None:

@@ -36,6 +36,7 @@ from skilld.routing import LibrarySpec, require_real_project_dir
 from skilld.skills.document import (
     SkillDoc,
     SkillParseError,
+    neutralise_file,
     parse_skill,
     quick_problem,
     render_skill,
@@ -43,7 +44,7 @@ from skilld.skills.document import (
     validate_skill,
 )
 from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
-from skilld.skills.names import InvalidName, is_safe_path_component, validate_name
+from skilld.skills.names import InvalidName, form_of, is_safe_path_component, validate_name
 from skilld.skills.usage import Record, UsageStore, new_record
 
 if TYPE_CHECKING:
@@ -211,6 +212,8 @@ class Library:
         self.usage = usage
         self.history_dir = history_dir
         self.dialect = spec.dialect
+        #: What the library writes: its dialect, shaped for the agent that loads it.
+        self.form = form_of(spec.dialect, spec.agent)
         self.layout: Layout = "flat" if spec.layout == "flat" else "dir"
         self.extra_dirs = spec.extra_dirs
         self.max_managed = spec.max_managed
@@ -236,6 +239,53 @@ class Library:
             + remove_stray_temps(self.root / ARCHIVE_DIR, depth=2)
             + remove_stray_temps(self.history_dir, depth=2)
         )
+
+    def break_shell_triggers(self, origin: Origin) -> list[str]:
+        """Break the load-time shell triggers an older skilld left in the skills it manages (it
+        broke them in the claude dialect only): each file keeps every other byte, and its
+        previous version is saved in history. A pinned skill is left as it is, since no
+        automatic path changes it, and a `warning` event names it. Returns the names rewritten.
+        """
+        rewritten: list[str] = []
+        records: Mapping[str, Record] | None = None  # read once, when a skill needs rewriting
+        with self.locked():
+            for entry in self.entries(parse=False):
+                if entry.owner != "managed" or entry.broken:
+                    continue
+                try:
+                    data = entry.path.read_bytes()
+                except OSError:
+                    continue  # a listing reports an unreadable file; nothing runs from it here
+                neutral = neutralise_file(data)
+                if neutral == data:
+                    continue
+                if records is None:
+                    records = self.usage.read()
+                if (self.usage_record(entry.name, records) or {}).get("pinned"):
+                    self.state.add_event(
+                        "warning",
+                        library=self.name,
+                        skill=entry.name,
+                        source=origin.source,
+                        reason="pinned, so left with a load-time shell trigger: unpin it to "
+                        "have skilld break it, or edit the file",
+                    )
+                    continue
+                self._require_contained(entry)
+                self._save_history(entry.name, entry.path)
+                digest = self._install("updated", entry.name, entry.path, neutral, entry, origin)
+                with self.state.transaction():
+                    self.state.settle_provenance(self.name, entry.name, digest)
+                    self.state.add_event(
+                        "updated",
+                        library=self.name,
+                        skill=entry.name,
+                        source=origin.source,
+                        reason="load-time shell triggers broken",
+                        detail={"sha256": digest, "path": str(entry.path)},
+                    )
+                rewritten.append(entry.name)
+        return rewritten
 
     # -- discovery ---------------------------------------------------------------------------
 
@@ -471,7 +521,7 @@ class Library:
         if not parse:
             return entry(digest, error=quick_problem(data, name))
         try:
-            doc = parse_skill(data, dialect=self.dialect)
+            doc = parse_skill(data, dialect=self.form)
         except SkillParseError as exc:
             return entry(digest, error=str(exc))
         if doc.name != name:
@@ -661,13 +711,13 @@ class Library:
                         metadata["source-session"] = existing.doc.metadata["source-session"]
             doc = doc._replace(name=name, metadata={**metadata, "version": str(version)})
             try:
-                validate_skill(doc, self.dialect, max_content_chars=self.max_content_chars)
+                validate_skill(doc, self.form, max_content_chars=self.max_content_chars)
             except ValueError as exc:
                 return Refused("invalid", name, str(exc))
             if (
                 existing is not None
                 and existing.doc is not None
-                and same_text(existing.doc, doc, self.dialect)
+                and same_text(existing.doc, doc, self.form)
             ):
                 return self._unchanged_or_recovered(existing, origin)
             if existing is None and len(self.managed_names()) >= self.max_managed:
@@ -721,7 +771,7 @@ class Library:
             contained_path(existing.root, *existing.path.relative_to(existing.root).parts)
             path = existing.path
             self._save_history(name, existing.path)
-        data = render_skill(doc, self.dialect).encode("utf-8")
+        data = render_skill(doc, self.form).encode("utf-8")
         kind: Literal["created", "updated"] = "created" if existing is None else "updated"
         digest = self._install(kind, name, path, data, existing, origin)
         if existing is None:
@@ -1125,7 +1175,9 @@ class Library:
         """Restore a saved version (by default the newest that differs from the current file:
         a team library's history holds the current version too); the current one is kept.
 
-        A skill skilld deleted comes back the same way: its last version is in history.
+        A skill skilld deleted comes back the same way: its last version is in history. The
+        version comes back byte for byte, except that a load-time shell trigger in it is broken
+        (`neutralise_file`): no rollback brings back a skill that runs something as it loads.
         """
         with self.locked():
             name = self.check_name(name)
@@ -1159,7 +1211,9 @@ class Library:
                 self._save_history(name, entry.path)
             else:
                 path = self._new_path(name)
-            data = self._version_bytes(chosen, name)
+            # A saved version is bytes, not a render: an older skilld, or a teammate's commit,
+            # may have written a live shell trigger into it. Broken in place, like render does.
+            data = neutralise_file(self._version_bytes(chosen, name))
             digest = self._install("rolled_back", name, path, data, entry, origin)
             with self.state.transaction():
                 self.state.settle_provenance(self.name, name, digest)

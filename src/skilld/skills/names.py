@@ -11,8 +11,15 @@ from __future__ import annotations
 import os
 import re
 
-#: Every frontmatter dialect skilld can write; ``document`` re-exports this.
+#: Every frontmatter dialect skilld can write (the config's `dialect`); ``document`` re-exports
+#: this.
 DIALECTS = ("dsh", "claude", "agentskills")
+#: What a library writes: its dialect, or ``hermes``, the agentskills dialect shaped for Hermes
+#: Agent's skill index (``document.LISTING_BUDGETS``). Not a config value: a library is in the
+#: ``hermes`` form when its agent is Hermes (``form_of``).
+FORMS = (*DIALECTS, "hermes")
+#: The source kind of Hermes Agent (``routing.AGENTS``).
+HERMES_AGENT = "hermes"
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 MAX_NAME_LENGTH = 64
@@ -30,15 +37,28 @@ class InvalidName(ValueError):
 
 
 def require_dialect(dialect: str) -> str:
-    """Return ``dialect`` if skilld knows it, else raise ``ValueError`` listing the choices."""
-    if dialect not in DIALECTS:
+    """Return ``dialect`` (a dialect, or a form of one) if skilld knows it, else raise
+    ``ValueError`` listing the choices."""
+    if dialect not in FORMS:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
     return dialect
 
 
+def form_of(dialect: str, agent: str | None) -> str:
+    """What a library of `dialect` loaded by `agent` (a source kind, or None) writes: Hermes
+    loads the agentskills dialect but lists only 60 characters of each description, so its
+    library writes the ``hermes`` form of it."""
+    return "hermes" if agent == HERMES_AGENT and dialect == "agentskills" else dialect
+
+
+def dialect_of(form: str) -> str:
+    """The frontmatter dialect a form writes."""
+    return "agentskills" if form == "hermes" else require_dialect(form)
+
+
 def validate_name(name: str, *, dialect: str = "dsh") -> str:
     """Return ``name`` unchanged if it is a valid skill name in ``dialect``, else raise."""
-    require_dialect(dialect)
+    dialect = dialect_of(dialect)
     if not isinstance(name, str):
         raise InvalidName(f"name must be a string, not {type(name).__name__}")
     if not name:

@@ -29,7 +29,7 @@ _IN_PROGRESS = (
 @dataclass(frozen=True, slots=True)
 class Problem:
     code: str  # not-a-repository, detached-head, wrong-branch, in-progress, no-remote,
-    #            wrong-remote, unrelated-history, remote-rewritten
+    #            wrong-remote, unrelated-history, remote-rewritten, live-shell-trigger
     message: str
     repair: str  # a shell command
 
@@ -105,6 +105,18 @@ def unrelated_history(root: Path, branch: str) -> Problem:
 
 def remote_rewritten(root: Path, reason: str) -> Problem:
     return Problem("remote-rewritten", reason, rejoin_command(root))
+
+
+def live_shell_trigger(root: Path, commit: str, path: str) -> Problem:
+    """The remote brings a skill file an agent would run a command from as it loads it."""
+    return Problem(
+        "live-shell-trigger",
+        f"the remote's commit {commit[:12]} brings {path} with a load-time shell trigger "
+        "(!`command` or a ```! fence) that an agent would run as it loads the skill; "
+        f"{root} stays at its last good commit",
+        f"{git_command(root, 'show', f'{commit}:{path}')}  # then put a space after the ! on "
+        "the remote, and run: skilld sync",
+    )
 
 
 def _unrelated(git: Git, tracking: str) -> bool:

@@ -37,8 +37,15 @@ from typing import Any, Literal
 from skilld.digest import sha256_hex
 from skilld.fsutil import atomic_write
 from skilld.log import get_logger
+from skilld.skills.document import neutralise_file
 from skilld.sync.git import Git, GitError, find_git
-from skilld.sync.health import Problem, diagnose, remote_rewritten, unrelated_history
+from skilld.sync.health import (
+    Problem,
+    diagnose,
+    live_shell_trigger,
+    remote_rewritten,
+    unrelated_history,
+)
 from skilld.sync.layout import (
     EXCLUDE_HOST_LOCAL,
     GITIGNORE,
@@ -61,7 +68,7 @@ from skilld.sync.manifest import (
 )
 from skilld.sync.messages import GITIGNORE as GITIGNORE_EVENT
 from skilld.sync.messages import HAND_EDIT, JOINED, RECOVERED, USAGE, change_message
-from skilld.sync.objects import is_ancestor, read_objects
+from skilld.sync.objects import diff_trees, is_ancestor, read_objects
 from skilld.sync.remote import (
     RemoteRewritten,
     check_branch,
@@ -144,6 +151,14 @@ class _Round:
 
 class _Unrelated(Exception):
     """The branch and the remote's share no commit, though this host synced before."""
+
+
+class _LiveTrigger(Exception):
+    """The remote's commit brings a skill file with a load-time shell trigger."""
+
+    def __init__(self, commit: str, path: str) -> None:
+        super().__init__(path)
+        self.commit, self.path = commit, path
 
 
 class TeamRepo:
@@ -397,6 +412,9 @@ class TeamRepo:
             return self._report(progress, problems=(remote_rewritten(self.root, exc.reason),))
         except _Unrelated:
             return self._report(progress, problems=(unrelated_history(self.root, self.branch),))
+        except _LiveTrigger as exc:
+            problem = live_shell_trigger(self.root, exc.commit, exc.path)
+            return self._report(progress, problems=(problem,))
         except GitError as exc:
             return self._report(progress, error=exc.reason)
         except OSError as exc:  # the work tree itself: a full disk, a permission
@@ -441,6 +459,7 @@ class TeamRepo:
         remote state this host integrated last (None: never synced)."""
         if is_ancestor(self.git, remote_tip, head):
             return head
+        self._refuse_live_triggers(head, remote_tip)
         if is_ancestor(self.git, head, remote_tip):
             progress.pulled += self._count(remote_tip, excluding=head)
             self._move_branch(head, remote_tip)
@@ -456,6 +475,20 @@ class TeamRepo:
         progress.conflicts += result.conflicts
         self._move_branch(head, result.tip)
         return result.tip
+
+    def _refuse_live_triggers(self, head: str, remote_tip: str) -> None:
+        """No skill the remote brings may run anything as an agent loads it (docs/security.md):
+        a teammate's file, or one an older skilld wrote, with a load-time shell trigger keeps
+        the library at its last good commit. skilld does not rewrite it: it is not its own."""
+        base = self.git.run("merge-base", head, remote_tip, check=False).line or None
+        brought = {
+            change.new[1]: change.path
+            for change in diff_trees(self.git, [(remote_tip, base)]).get(remote_tip, [])
+            if change.new is not None and skill_name_of_path(change.path) is not None
+        }
+        for object_id, data in sorted(read_objects(self.git, brought).items()):
+            if neutralise_file(data) != data:
+                raise _LiveTrigger(remote_tip, brought[object_id])
 
     def _move_branch(self, head: str, target: str) -> None:
         """Move the branch and the work tree from `head` to `target`. `reset --keep` refuses
