@@ -113,8 +113,6 @@ def bar_chart(
     parts.append(
         f'<text class="axis" x="{width}" y="{height - 4}" text-anchor="end">{escape(last)}</text>'
     )
-    parts.append(
-        f'<text class="axis" x="{width}" y="10" text-anchor="end">max {escape(f"{top:g}")}</text>'
-    )
+    parts.append(f'<text class="axis" x="0" y="10">max {escape(f"{top:g}")}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
