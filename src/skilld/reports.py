@@ -12,6 +12,7 @@ beyond what they already load, and each report imports what it needs when it run
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from skilld.config import parse_duration
@@ -75,12 +76,16 @@ def skill_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
     return [row for lib in libraries for row in library_rows(lib)]
 
 
-def effect(app: App, library: Library, name: str) -> dict[str, Any]:
+def effect(
+    app: App, library: Library, name: str, *, record: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What the library knows of a skill's effect: uses, the sessions that used it, and each
-    version with the reason given for it."""
+    version with the reason given for it. `record` is the skill's usage record, when the
+    caller has read the library's already (the sidecar is the costly read)."""
     from skilld.skills.usage import latest_activity_at
 
-    record = library.usage_records().get(name) or {}
+    if record is None:
+        record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
     versions = [
@@ -104,9 +109,15 @@ def effect(app: App, library: Library, name: str) -> dict[str, Any]:
     }
 
 
-def skill_report(app: App, name: str, library: str | None = None) -> dict[str, Any]:
-    """`skills show --json`: the file, its owner and its effect. Raises Failure for a skill
-    that is missing or broken."""
+def skill_report(
+    app: App,
+    name: str,
+    library: str | None = None,
+    *,
+    record: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`skills show --json`: the file, its owner and its effect (`record`: as for `effect`).
+    Raises Failure for a skill that is missing or broken."""
     chosen = app.select(library, skill=name)
     entry = chosen.get(name)
     if entry is None:
@@ -119,7 +130,7 @@ def skill_report(app: App, name: str, library: str | None = None) -> dict[str, A
         "owner": entry.owner,
         "path": str(entry.path),
         "text": entry.path.read_text(encoding="utf-8"),
-        "effect": effect(app, chosen, entry.name),
+        "effect": effect(app, chosen, entry.name, record=record),
     }
 
 

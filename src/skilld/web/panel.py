@@ -35,6 +35,7 @@ from skilld.web.render import (
     bar_chart,
     markdown,
     split_frontmatter,
+    table_rows,
     unified_diff,
 )
 from skilld.web.security import (
@@ -209,16 +210,17 @@ class Panel:
             if entry is None and archived is None:
                 return None
             versions = library.history(name)
+            record = library.usage_records().get(name) or {}
             if entry is None:
                 assert archived is not None
                 file = archived / "SKILL.md" if archived.is_dir() else archived
                 report = {"name": name, "library": library.name, "owner": "archived"}
                 text = file.read_text(encoding="utf-8", errors="replace")
-                effect = reports.effect(app, library, name)
+                effect = reports.effect(app, library, name, record=record)
             else:
                 if entry.error:
                     raise LibraryError(f"{entry.name} is broken: {entry.error}")
-                report = reports.skill_report(app, name, library.name)
+                report = reports.skill_report(app, name, library.name, record=record)
                 text, effect = report["text"], report["effect"]
 
             def version_text(version: str | None) -> str | None:
@@ -236,7 +238,6 @@ class Panel:
                         old, new, before_name=before or "current", after_name=after or "current"
                     )
             frontmatter, body = split_frontmatter(text)
-            record = library.usage.get(name) or {}
             return {
                 "report": report,
                 "pinned": record.get("pinned") is True,
@@ -303,7 +304,7 @@ class Panel:
         return self.page(
             "events.html",
             title="Events",
-            events=events,
+            rows=table_rows([event_cells(event) for event in events]),
             older=older,
             filters=shown,
             live=f"/events/live?after={newest}&{request.url.query}",
@@ -520,6 +521,22 @@ def _event_filters(request: Request) -> dict[str, Any]:
         "skill": query.get("skill") or None,
         "since": query.get("since") or None,
     }
+
+
+def event_cells(event: dict[str, Any]) -> list[object]:
+    """An event as the events table shows it (as `skilld events` prints it)."""
+    detail = json.dumps(event["detail"], ensure_ascii=False, default=str) if event["detail"] else ""
+    return [
+        event["id"],
+        event["ts"],
+        event["kind"],
+        event["library"] or "-",
+        event["skill"] or "-",
+        event["session"] or "-",
+        event["source"] or "-",
+        event["reason"] or "",
+        detail,
+    ]
 
 
 def _uses_by_day(sessions: list[dict[str, Any]], days: int = 30) -> list[tuple[str, float]]:

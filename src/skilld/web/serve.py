@@ -40,7 +40,9 @@ def panel_access(config: Config, host: str, port: int) -> Access:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on `host`:`port` (port 0: a free one). Raises OSError."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and
+    # without it each response's second write waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
