@@ -569,3 +569,20 @@ def test_a_tick_records_its_calls_and_tokens_for_the_day(
         daily = state.get_meta(DAILY_SPEND_KEY)
     today = datetime.now(UTC).date().isoformat()
     assert daily == {today: {"calls": 1, "prompt_tokens": 100, "completion_tokens": 50}}
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0", "in use"])
+def test_a_daemon_that_cannot_serve_its_panel_stops_at_start(
+    workspace: Workspace, listen: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        address = f"0.0.0.0:{free_port()}" if listen == "0.0.0.0" else f"127.0.0.1:{port}"
+        workspace.settings["web"] = {"listen": address}
+        workspace.write_config()
+        result = workspace.cli("run", timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("skilld: config error: web.listen: cannot serve the panel")
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 from jinja2 import Environment, PackageLoader
@@ -263,15 +264,18 @@ class Panel:
 
     async def review(self, request: Request) -> Response:
         def build(app: App) -> list[dict[str, Any]]:
-            from skilld.skills.document import render_skill
+            from skilld.skills.document import SkillDoc, render_skill
 
             items = []
             for item in reports.review_items(app):
                 target = actions.staged_library(app, item["library"], item["project_root"])
-                proposal = render_skill(
-                    actions.staged_proposal(app, item["name"], item["library"])[1].doc(),
-                    target.dialect,
+                doc = SkillDoc(
+                    name=item["name"],
+                    description=item["description"],
+                    when_to_use=item["when_to_use"],
+                    body=item["content"],
                 )
+                proposal = render_skill(doc, target.dialect)
                 entry = target.get(item["name"])
                 current = entry.path.read_text(encoding="utf-8") if entry else None
                 diff = (
@@ -428,7 +432,9 @@ class Panel:
         back = (
             "/review"
             if verb in REVIEW_ACTIONS
-            else (f"/skills/{where}/{name}" if where and verb != "delete" else "/skills")
+            else (
+                f"/skills/{quote(where)}/{quote(name)}" if where and verb != "delete" else "/skills"
+            )
         )
         if status != 200:
             return self.page(

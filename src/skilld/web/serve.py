@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import anyio
 import uvicorn
@@ -142,7 +141,3 @@ def run_panel(config: Config, host: str, port: int, *, open_browser: bool) -> in
     finally:
         sock.close()
     return 0
-
-
-def static_dir() -> Path:
-    return Path(__file__).parent / "static"
