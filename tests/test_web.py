@@ -520,7 +520,13 @@ def test_the_overview_shows_libraries_spend_and_kept_proposals(
     today = datetime.now(UTC).date().isoformat()
     with StateDB(workspace.state / "state.db") as state:
         state.set_meta(DAILY_SPEND_KEY, {today: {"calls": 7, "prompt_tokens": 700}})
+        kept = state.keep_proposal(
+            "default", {"name": "lint"}, session="s1", source="jsonl",
+            first_message=0, last_message=4,
+        )  # fmt: skip
+        state.update_proposal(kept, status="cap", note="50 managed skills: the cap")
     page = panel.get("/").text
+    assert "<td>lint</td><td>cap: 50 managed skills: the cap</td>" in page
     assert "7 calls, 700 tokens" in page
     assert '<svg class="chart" role="img"' in page and f"{today}: 7</title>" in page
     library_row = page.split('href="/skills?library=default">default</a>', 1)[1]
