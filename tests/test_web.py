@@ -592,3 +592,16 @@ def test_a_daemon_that_cannot_serve_its_panel_stops_at_start(
     assert result.returncode == 2
     assert result.stderr.startswith("skilld: config error: web.listen: cannot serve the panel")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_archived_skill_is_never_read_through_a_link(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    secret = workspace.root / "secret.txt"
+    secret.write_text("the-secret-value")
+    planted = workspace.skills / ".archive" / "planted"
+    planted.mkdir(parents=True)
+    (planted / "SKILL.md").symlink_to(secret)
+    response = panel.get("/skills/default/planted")
+    assert response.status_code == 409 and "symbolic link" in response.text
+    assert "the-secret-value" not in response.text

@@ -78,6 +78,7 @@ async def serve_panel(
     server = PanelServer(
         uvicorn.Config(
             guarded_app(config, access),
+            log_config=None,  # skilld's logging stays as the command set it up
             log_level="warning",
             lifespan="off",
             access_log=False,
