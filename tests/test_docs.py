@@ -28,8 +28,10 @@ import io
 import json
 import os
 import re
+import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -72,6 +74,10 @@ EXPECTED = {
     "skilld sync": "claude: pushed",
     "skilld --config examples/config.toml events --kind redacted": "password",
 }
+
+#: Lines that serve until stopped: run on a free port instead of the one shown, each must print
+#: its address (this prefix) and then stop cleanly on SIGINT (exit 0).
+SERVERS = {"skilld web": ("skilld web --port 0", "skilld web: http://127.0.0.1:")}
 
 
 # -- reading the pages --------------------------------------------------------------------------
@@ -577,6 +583,23 @@ class Machine:
             timeout=180,
         )
 
+    def serve(self, line: str) -> subprocess.CompletedProcess[str]:
+        """`line` run until it prints its first line, then stopped with SIGINT."""
+        process = subprocess.Popen(
+            ["bash", "-c", f"exec {line}"],
+            cwd=self.work, env=self.env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        try:
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            first = process.stdout.readline() if ready else ""
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+        return subprocess.CompletedProcess(process.args, process.returncode, first + out, err)
+
 
 @pytest.fixture
 def machine(tmp_path: Path, fake_llm: FakeLLM) -> Machine:
@@ -674,8 +697,11 @@ def test_every_sh_command_runs(page: Path, machine: Machine) -> None:
             continue
         for line in commands(block.text):
             shown.append(line)
-            result = machine.run(line)
+            server = SERVERS.get(line.partition(" #")[0].strip())
+            result = machine.serve(server[0]) if server else machine.run(line)
             output = result.stdout + result.stderr
+            if server is not None:
+                assert result.stdout.startswith(server[1]), f"{block.where}: `{line}`\n{output}"
             assert result.returncode == 0, (
                 f"{block.where}: `{line}` exit {result.returncode}\n{output}"
             )

@@ -51,6 +51,24 @@ def test_events_filter_and_order(tmp_path: Path) -> None:
             db.add_event("made-up-kind")
 
 
+def test_a_skill_s_events_are_read_by_the_skill_s_index(tmp_path: Path) -> None:
+    """With a skill named, neither the library's nor a kind's index (every event of a
+    library) is walked: at 1,000,000 events that was 3 s for `skills show`."""
+    db = StateDB(tmp_path / "state.db")
+    for n in range(200):
+        db.add_event("created", library="default", skill=f"s{n % 20}")
+    statements: list[str] = []
+    db.conn.set_trace_callback(statements.append)
+    found = db.events(kinds=("created", "updated"), skill="s3", library="default", before_id=150)
+    assert [e.skill for e in found] == ["s3"] * 8
+    (query,) = [s for s in statements if s.startswith("SELECT * FROM events")]
+    plan = " ".join(row[3] for row in db.conn.execute(f"EXPLAIN QUERY PLAN {query}"))
+    assert "events_skill" in plan, plan
+    page = db.events(library="default", limit=5, before_id=100)
+    assert [e.id for e in page] == [95, 96, 97, 98, 99]
+    db.close()
+
+
 def test_transaction_rolls_back_everything(tmp_path: Path) -> None:
     with StateDB(tmp_path / "state.db") as db:
         with pytest.raises(RuntimeError), db.transaction():

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,23 @@ import pytest
 from starlette.testclient import TestClient
 
 from skilld.config import load_config
+from skilld.errors import ConfigError
+from skilld.evolve.report import DAILY_SPEND_KEY, add_daily_spend
 from skilld.evolve.review import ReviewQueue
 from skilld.skills.document import SkillDoc
 from skilld.skills.library import Origin
 from skilld.state import StateDB
 from skilld.web.panel import guarded_app
 from skilld.web.render import markdown, safe_link
-from skilld.web.security import SESSION_COOKIE, Access, allowed_hosts, session_value
-from tests.conftest import Workspace
+from skilld.web.security import (
+    SESSION_COOKIE,
+    Access,
+    allowed_hosts,
+    read_token,
+    session_value,
+)
+from tests.conftest import Workspace, conversation
+from tests.fakellm import FakeLLM, skill_reply
 
 ORIGIN = "http://127.0.0.1:8741"
 SECRET = "s3cret-of-this-process"
@@ -488,3 +498,110 @@ def test_the_token_variable_is_not_a_config_override(workspace: Workspace) -> No
     workspace.write_config()
     result = workspace.cli("status", SKILLD_WEB_TOKEN="x" * 8)
     assert result.returncode == 0, result.stderr
+
+
+# -- what the overview and the curator page read ---------------------------------------------
+
+
+def test_spend_per_day_adds_up_and_keeps_thirty_days() -> None:
+    daily: dict[str, dict[str, int]] = {}
+    days = [f"2026-11-{day:02d}" for day in range(1, 31)] + ["2026-12-01", "2026-12-02"]
+    for day in days:
+        spend = {"calls": 1, "prompt_tokens": 100, "completion_tokens": 10}
+        daily = add_daily_spend(daily, day, spend)
+    daily = add_daily_spend(daily, "2026-12-02", {"calls": 2, "prompt_tokens": 5})
+    assert len(daily) == 30 and min(daily) == "2026-11-03"
+    assert daily["2026-12-02"] == {"calls": 3, "prompt_tokens": 105, "completion_tokens": 10}
+
+
+def test_the_overview_shows_libraries_spend_and_kept_proposals(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    today = datetime.now(UTC).date().isoformat()
+    with StateDB(workspace.state / "state.db") as state:
+        state.set_meta(DAILY_SPEND_KEY, {today: {"calls": 7, "prompt_tokens": 700}})
+        kept = state.keep_proposal(
+            "default", {"name": "lint"}, session="s1", source="jsonl",
+            first_message=0, last_message=4,
+        )  # fmt: skip
+        state.update_proposal(kept, status="cap", note="50 managed skills: the cap")
+    page = panel.get("/").text
+    assert "<td>lint</td><td>cap: 50 managed skills: the cap</td>" in page
+    assert "7 calls, 700 tokens" in page
+    assert '<svg class="chart" role="img"' in page and f"{today}: 7</title>" in page
+    library_row = page.split('href="/skills?library=default">default</a>', 1)[1]
+    assert "<td>2</td>" in library_row.split("</tr>", 1)[0]  # two managed skills
+
+
+def test_the_curator_page_shows_what_moves_next(panel: TestClient, workspace: Workspace) -> None:
+    records = usage(workspace)
+    records["triage"]["last_used_at"] = "2020-01-01T00:00:00+00:00"
+    records["triage"]["created_at"] = "2020-01-01T00:00:00+00:00"
+    (workspace.skills / ".usage.json").write_text(json.dumps(records))
+    page = panel.get("/curator").text
+    upcoming = page.split('id="next"', 1)[1].split("</section>", 1)[0]
+    assert ">triage</a>" in upcoming and "active → archived" in upcoming
+    assert ">deploy</a>" not in upcoming
+    assert (workspace.skills / "triage" / "SKILL.md").exists()  # a plan, nothing moved
+
+
+def test_the_token_comes_from_the_variable_or_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SKILLD_WEB_TOKEN", raising=False)
+    assert read_token(None) is None
+    file = tmp_path / "token"
+    file.write_text(f"{TOKEN}\n")
+    assert read_token(file) == TOKEN
+    file.write_text("\n")
+    with pytest.raises(ConfigError, match="empty"):
+        read_token(file)
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_token(tmp_path / "missing")
+    monkeypatch.setenv("SKILLD_WEB_TOKEN", "from-env")
+    assert read_token(tmp_path / "missing") == "from-env"
+
+
+def test_a_tick_records_its_calls_and_tokens_for_the_day(
+    workspace: Workspace, fake_llm: FakeLLM
+) -> None:
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    workspace.add_session("s1", conversation())
+    fake_llm.queue.append(skill_reply("run-tests"))
+    result = workspace.cli("once")
+    assert result.returncode == 0, result.stderr
+    with StateDB(workspace.state / "state.db") as state:
+        daily = state.get_meta(DAILY_SPEND_KEY)
+    today = datetime.now(UTC).date().isoformat()
+    assert daily == {today: {"calls": 1, "prompt_tokens": 100, "completion_tokens": 50}}
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0", "in use"])
+def test_a_daemon_that_cannot_serve_its_panel_stops_at_start(
+    workspace: Workspace, listen: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        address = f"0.0.0.0:{free_port()}" if listen == "0.0.0.0" else f"127.0.0.1:{port}"
+        workspace.settings["web"] = {"listen": address}
+        workspace.write_config()
+        result = workspace.cli("run", timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("skilld: config error: web.listen: cannot serve the panel")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_archived_skill_is_never_read_through_a_link(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    secret = workspace.root / "secret.txt"
+    secret.write_text("the-secret-value")
+    planted = workspace.skills / ".archive" / "planted"
+    planted.mkdir(parents=True)
+    (planted / "SKILL.md").symlink_to(secret)
+    response = panel.get("/skills/default/planted")
+    assert response.status_code == 409 and "symbolic link" in response.text
+    assert "the-secret-value" not in response.text

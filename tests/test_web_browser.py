@@ -115,7 +115,7 @@ def test_find_a_skill_from_the_overview_and_pin_it(panel: Panel, page: Page) -> 
     expect(page.get_by_role("heading", name="Overview", level=1)).to_be_visible()
     page.get_by_role("link", name="Skills", exact=True).click()
     page.get_by_label("Search").fill("deploy")
-    page.get_by_role("button", name="Filter").click()
+    page.keyboard.press("Enter")  # a form works from the keyboard
     expect(page.get_by_role("link", name="triage")).to_have_count(0)
     page.get_by_role("link", name="deploy", exact=True).click()
     expect(page.get_by_role("heading", name="deploy", level=1)).to_be_visible()
@@ -127,7 +127,8 @@ def test_find_a_skill_from_the_overview_and_pin_it(panel: Panel, page: Page) -> 
         dialog.accept()
 
     page.on("dialog", accept)
-    page.get_by_role("button", name="Pin", exact=True).click()
+    page.get_by_role("button", name="Pin", exact=True).focus()
+    page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Pin: done")).to_be_visible()
     assert asked and "Pin deploy" in asked[0]
     assert skill_rows(panel.workspace)["deploy"]["pinned"] is True

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio import TASK_STATUS_IGNORED
@@ -32,6 +33,9 @@ from skilld.routing import AGENTS, default_path, default_sources, resolve
 from skilld.skills.library import Origin
 from skilld.state import DaemonLock
 from skilld.team import record_round, set_up, sync_round, team_libraries
+
+if TYPE_CHECKING:
+    from skilld.web.security import Access
 
 #: Hook the curator registers: (app, llm, now) -> None, run inside the loop when due.
 CuratorPass = Callable[[App, LLMClient], Any]
@@ -90,12 +94,32 @@ class Daemon:
         resolve(self.config)
         lock = DaemonLock(self.config.state.dir)
         lock.acquire()  # StateError names the holder; the CLI turns it into exit 2
+        panel = None
         try:
-            return await self._run_locked(once=once)
+            panel = None if once or not self.config.web.listen else self._bind_panel()
+            return await self._run_locked(once=once, panel=panel)
         finally:
+            if panel is not None:
+                panel[0].close()
             lock.release()
 
-    async def _run_locked(self, *, once: bool) -> DaemonResult:
+    def _bind_panel(self) -> tuple[socket.socket, Access]:
+        """The panel's socket on `[web] listen`, bound before the first tick, so that a port in
+        use, or a non-loopback address without a token, stops the daemon at start (exit 2)
+        instead of failing unseen. Raises ConfigError."""
+        from skilld.config import split_listen
+        from skilld.web.serve import bind, panel_access
+
+        host, port = split_listen(self.config.web.listen)
+        try:
+            access = panel_access(self.config, host, port)
+            return bind(host, port), access
+        except (UsageError, OSError) as exc:
+            raise ConfigError(f"cannot serve the panel: {exc}", "web.listen") from None
+
+    async def _run_locked(
+        self, *, once: bool, panel: tuple[socket.socket, Access] | None
+    ) -> DaemonResult:
         ticks = 0
         failed = False
         panel_stop, panel_done = anyio.Event(), anyio.Event()
@@ -105,8 +129,8 @@ class Daemon:
                 # systemd may send SIGTERM the moment it reads READY=1, and the default action
                 # would kill the daemon instead of stopping it.
                 await signal_group.start(self._watch_signals)
-                if self.config.web.listen:
-                    await signal_group.start(self._serve_panel, panel_stop, panel_done)
+                if panel is not None:
+                    signal_group.start_soon(self._serve_panel, *panel, panel_stop, panel_done)
             while True:
                 with open_app(self.config, prepare=True) as app:
                     self._say_if_nothing_to_read(app)
@@ -138,7 +162,7 @@ class Daemon:
                     break
                 if self._reload_requested:
                     self._apply_reload()
-            if self.config.web.listen and not once:
+            if panel is not None:
                 panel_stop.set()  # open requests get a moment to finish
                 with anyio.move_on_after(PANEL_STOP_SECONDS):
                     await panel_done.wait()
@@ -279,26 +303,12 @@ class Daemon:
                     self.request_stop()
 
     async def _serve_panel(
-        self,
-        stop: anyio.Event,
-        done: anyio.Event,
-        *,
-        task_status: TaskStatus[None] = TASK_STATUS_IGNORED,
+        self, sock: socket.socket, access: Access, stop: anyio.Event, done: anyio.Event
     ) -> None:
-        """The web panel on `[web] listen`, in this process, until `stop` (the sidecar).
+        """The web panel in this process until `stop` (the sidecar)."""
+        from skilld.web.serve import serve_panel, url_of
 
-        Bound before the first tick, so that a port in use, or a non-loopback address without
-        a token, stops the daemon at start (exit 2) instead of failing unseen."""
-        from skilld.config import split_listen
-        from skilld.web.serve import bind, panel_access, serve_panel, url_of
-
-        host, port = split_listen(self.config.web.listen)
-        try:
-            access = panel_access(self.config, host, port)
-            sock = bind(host, port)
-        except (UsageError, OSError) as exc:
-            raise ConfigError(f"cannot serve the panel: {exc}", "web.listen") from None
-        task_status.started()
+        host, port = sock.getsockname()[:2]
         try:
             await serve_panel(
                 self.config,
@@ -308,7 +318,6 @@ class Daemon:
                 stop=stop,
             )
         finally:
-            sock.close()
             done.set()
 
     async def _heartbeat(self, app: App) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from skilld.config import parse_duration
@@ -123,13 +124,18 @@ def _git_json(git: GitContext | None) -> dict[str, str | None] | None:
     return git.as_json() if git is not None else None
 
 
-def effect(app: App, library: Library, name: str) -> dict[str, Any]:
+def effect(
+    app: App, library: Library, name: str, *, record: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What the library knows of a skill's effect: uses, the sessions that used it, and each
-    version with the reason given for it and where it was learned (`git`, null when unknown)."""
+    version with the reason given for it and where it was learned (`git`, null when unknown).
+    `record` is the skill's usage record, when the caller has read the library's already (the
+    sidecar is the costly read)."""
     from skilld.gitinfo import from_json
     from skilld.skills.usage import latest_activity_at
 
-    record = library.usage_records().get(name) or {}
+    if record is None:
+        record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
     versions = [
@@ -154,9 +160,15 @@ def effect(app: App, library: Library, name: str) -> dict[str, Any]:
     }
 
 
-def skill_report(app: App, name: str, library: str | None = None) -> dict[str, Any]:
-    """`skills show --json`: the file, its owner and its effect. Raises Failure for a skill
-    that is missing or broken."""
+def skill_report(
+    app: App,
+    name: str,
+    library: str | None = None,
+    *,
+    record: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`skills show --json`: the file, its owner and its effect (`record`: as for `effect`).
+    Raises Failure for a skill that is missing or broken."""
     chosen = app.select(library, skill=name)
     entry = chosen.get(name)
     if entry is None:
@@ -169,7 +181,7 @@ def skill_report(app: App, name: str, library: str | None = None) -> dict[str, A
         "owner": entry.owner,
         "path": str(entry.path),
         "text": entry.path.read_text(encoding="utf-8"),
-        "effect": effect(app, chosen, entry.name),
+        "effect": effect(app, chosen, entry.name, record=record),
     }
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 from jinja2 import Environment, PackageLoader
@@ -30,11 +30,13 @@ from skilld import actions, reports
 from skilld.app import App, open_app
 from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
+from skilld.skills.layout import SKILL_FILE
 from skilld.skills.library import Origin
 from skilld.web.render import (
     bar_chart,
     markdown,
     split_frontmatter,
+    table_rows,
     unified_diff,
 )
 from skilld.web.security import (
@@ -79,23 +81,21 @@ class Panel:
             loader=PackageLoader("skilld.web", "templates"), autoescape=True
         )
         self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD)
-        #: name search over descriptions: (path, mtime, size) -> description.
+        #: The search's descriptions: path -> ((mtime, size), lowercased description).
         self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
 
     # -- plumbing ----------------------------------------------------------------------------
-
-    @contextmanager
-    def app(self) -> Iterator[App]:
-        with open_app(self.config) as app:
-            yield app
 
     def page(self, template: str, code: int = 200, **values: Any) -> HTMLResponse:
         html = self.templates.get_template(template).render(**values)
         return HTMLResponse(html, status_code=code)
 
-    async def read(self, function: Callable[[App], Any]) -> Any:
+    async def with_app(self, function: Callable[[App], Any]) -> Any:
+        """`function` of the state and libraries opened afresh, in a worker thread (SQLite and
+        the files block; the event loop keeps serving the live view meanwhile)."""
+
         def run() -> Any:
-            with self.app() as app:
+            with open_app(self.config) as app:
                 return function(app)
 
         return await run_in_threadpool(run)
@@ -138,7 +138,7 @@ class Panel:
                 "kept": app.state.kept_proposals(),
             }
 
-        return self.page("overview.html", title="Overview", **await self.read(build))
+        return self.page("overview.html", title="Overview", **await self.with_app(build))
 
     async def skills(self, request: Request) -> Response:
         query = request.query_params
@@ -174,7 +174,7 @@ class Panel:
             shown = rows[(min(page, pages) - 1) * PAGE_SIZE :][:PAGE_SIZE]
             return {"rows": shown, "total": len(rows), "pages": pages, "libraries": libraries}
 
-        values = await self.read(build)
+        values = await self.with_app(build)
         filters = {"library": library, "owner": owner, "state": state, "q": search, "sort": sort}
         return self.page("skills.html", title="Skills", page=page, filters=filters, **values)
 
@@ -209,16 +209,19 @@ class Panel:
             if entry is None and archived is None:
                 return None
             versions = library.history(name)
+            record = library.usage_records().get(name) or {}
             if entry is None:
                 assert archived is not None
-                file = archived / "SKILL.md" if archived.is_dir() else archived
+                file = archived / SKILL_FILE if archived.is_dir() else archived
+                if file.is_symlink():  # never read through a link out of the library
+                    raise LibraryError(f"{file} is a symbolic link")
                 report = {"name": name, "library": library.name, "owner": "archived"}
                 text = file.read_text(encoding="utf-8", errors="replace")
-                effect = reports.effect(app, library, name)
+                effect = reports.effect(app, library, name, record=record)
             else:
                 if entry.error:
                     raise LibraryError(f"{entry.name} is broken: {entry.error}")
-                report = reports.skill_report(app, name, library.name)
+                report = reports.skill_report(app, name, library.name, record=record)
                 text, effect = report["text"], report["effect"]
 
             def version_text(version: str | None) -> str | None:
@@ -236,7 +239,6 @@ class Panel:
                         old, new, before_name=before or "current", after_name=after or "current"
                     )
             frontmatter, body = split_frontmatter(text)
-            record = library.usage.get(name) or {}
             return {
                 "report": report,
                 "pinned": record.get("pinned") is True,
@@ -251,7 +253,7 @@ class Panel:
             }
 
         try:
-            values = await self.read(build)
+            values = await self.with_app(build)
         except SkilldError as exc:
             return self.refusal(_refusal_status(exc), str(exc))
         if values is None:
@@ -262,15 +264,18 @@ class Panel:
 
     async def review(self, request: Request) -> Response:
         def build(app: App) -> list[dict[str, Any]]:
-            from skilld.skills.document import render_skill
+            from skilld.skills.document import SkillDoc, render_skill
 
             items = []
             for item in reports.review_items(app):
                 target = actions.staged_library(app, item["library"], item["project_root"])
-                proposal = render_skill(
-                    actions.staged_proposal(app, item["name"], item["library"])[1].doc(),
-                    target.dialect,
+                doc = SkillDoc(
+                    name=item["name"],
+                    description=item["description"],
+                    when_to_use=item["when_to_use"],
+                    body=item["content"],
                 )
+                proposal = render_skill(doc, target.dialect)
                 entry = target.get(item["name"])
                 current = entry.path.read_text(encoding="utf-8") if entry else None
                 diff = (
@@ -281,14 +286,14 @@ class Panel:
                 items.append({**item, "target": target.name, "proposal": proposal, "diff": diff})
             return items
 
-        return self.page("review.html", title="Review", items=await self.read(build))
+        return self.page("review.html", title="Review", items=await self.with_app(build))
 
     async def events(self, request: Request) -> Response:
         query = request.query_params
         filters = _event_filters(request)
         before = _int(query.get("before"), 0) or None
         try:
-            events, older = await self.read(
+            events, older = await self.with_app(
                 lambda app: reports.event_page(app, **filters, before=before, size=PAGE_SIZE)
             )
         except UsageError as exc:
@@ -303,7 +308,7 @@ class Panel:
         return self.page(
             "events.html",
             title="Events",
-            events=events,
+            rows=table_rows([event_cells(event) for event in events]),
             older=older,
             filters=shown,
             live=f"/events/live?after={newest}&{request.url.query}",
@@ -326,7 +331,7 @@ class Panel:
         async def stream() -> AsyncIterator[str]:
             last = after
             while True:
-                found = await self.read(functools.partial(newer, after_id=last))
+                found = await self.with_app(functools.partial(newer, after_id=last))
                 for event in found:
                     last = max(last, event.id)
                     yield f"id: {event.id}\ndata: {json.dumps(event.as_dict(), default=str)}\n\n"
@@ -340,7 +345,7 @@ class Panel:
 
     async def curator(self, request: Request) -> Response:
         return self.page(
-            "curator.html", title="Curator", report=await self.read(reports.curator_report)
+            "curator.html", title="Curator", report=await self.with_app(reports.curator_report)
         )
 
     # -- login -------------------------------------------------------------------------------
@@ -423,11 +428,13 @@ class Panel:
             record(app, "done", message, where)
             return 200, message, where
 
-        status, message, where = await self.read(run)
+        status, message, where = await self.with_app(run)
         back = (
             "/review"
             if verb in REVIEW_ACTIONS
-            else (f"/skills/{where}/{name}" if where and verb != "delete" else "/skills")
+            else (
+                f"/skills/{quote(where)}/{quote(name)}" if where and verb != "delete" else "/skills"
+            )
         )
         if status != 200:
             return self.page(
@@ -442,19 +449,19 @@ class Panel:
     # -- the JSON API ------------------------------------------------------------------------
 
     async def api_status(self, request: Request) -> Response:
-        return JSON(await self.read(reports.status_report))
+        return JSON(await self.with_app(reports.status_report))
 
     async def api_skills(self, request: Request) -> Response:
         library = request.query_params.get("library")
         try:
-            return JSON(await self.read(lambda app: reports.skill_rows(app, library)))
+            return JSON(await self.with_app(lambda app: reports.skill_rows(app, library)))
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
 
     async def api_skill(self, request: Request) -> Response:
         library, name = request.path_params["library"], request.path_params["name"]
         try:
-            return JSON(await self.read(lambda app: reports.skill_report(app, name, library)))
+            return JSON(await self.with_app(lambda app: reports.skill_report(app, name, library)))
         except SkilldError as exc:
             return JSON({"error": str(exc)}, 404)
 
@@ -463,7 +470,7 @@ class Panel:
         limit = request.query_params.get("limit")
         try:
             return JSON(
-                await self.read(
+                await self.with_app(
                     lambda app: reports.event_rows(
                         app, **filters, limit=_int(limit, 0) if limit else None
                     )
@@ -473,7 +480,7 @@ class Panel:
             return JSON({"error": str(exc)}, 400)
 
     async def api_review(self, request: Request) -> Response:
-        return JSON(await self.read(reports.review_items))
+        return JSON(await self.with_app(reports.review_items))
 
 
 class _Refusal(Exception):
@@ -520,6 +527,22 @@ def _event_filters(request: Request) -> dict[str, Any]:
         "skill": query.get("skill") or None,
         "since": query.get("since") or None,
     }
+
+
+def event_cells(event: dict[str, Any]) -> list[object]:
+    """An event as the events table shows it (as `skilld events` prints it)."""
+    detail = json.dumps(event["detail"], ensure_ascii=False, default=str) if event["detail"] else ""
+    return [
+        event["id"],
+        event["ts"],
+        event["kind"],
+        event["library"] or "-",
+        event["skill"] or "-",
+        event["session"] or "-",
+        event["source"] or "-",
+        event["reason"] or "",
+        detail,
+    ]
 
 
 def _uses_by_day(sessions: list[dict[str, Any]], days: int = 30) -> list[tuple[str, float]]:

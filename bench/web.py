@@ -1,0 +1,258 @@
+"""The panel's pages against the CLI's read of the same data, for 100 to 10,000 skills.
+
+Run: `python bench/web.py [--sizes 100,1000,10000] [--events 1000000] [--runs 5]`, or
+`python bench/web.py --smoke` (tiny sizes, one run: seconds; exits non-zero on a crash).
+
+Each size is one library of N managed skills (rendered files, the provenance rows that make
+them skilld's, a usage record each, three saved versions of the skill shown), and a state
+whose event log holds `--events` events. Timed, each the best of `--runs` (the machine's
+other load only ever adds time, to either side):
+
+* `skills`: `GET /skills` (the first page of the table), against `skilld skills list --json`.
+* `skill`: `GET /skills/default/<name>`, against `skilld skills show <name> --json`.
+* `events`: `GET /events` (the newest 50), against `skilld events --json --limit 50`.
+
+The panel is served by uvicorn on a loopback socket in this process (a thread of its own) and
+read by one keep-alive HTTP client: a figure is what a browser waits for, from the request to
+the last byte. The CLI side is the matching command run in this process (`skilld.cli.main`:
+its parser, its config, its read, its JSON printed to a buffer), without Python's start-up.
+Targets: every page under 2x the CLI's read, and the events page independent of the log's
+length (one indexed query with a LIMIT): the events row is also timed over a log of 1,000
+events to show it.
+
+Hermes Agent's dashboard (`GET /api/skills` over the same library) is not installed here: its
+row says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import io
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from skilld import cli as skilld_cli
+from skilld.config import Config, load_config
+from skilld.digest import sha256_hex
+from skilld.log import configure_logging
+from skilld.skills.document import SkillDoc, render_skill
+from skilld.skills.usage import USAGE_FILE, format_timestamp, new_record
+from skilld.state import StateDB
+from skilld.web.panel import guarded_app
+from skilld.web.security import Access, allowed_hosts
+from skilld.web.serve import PanelServer, bind
+
+LIBRARY = "default"
+BODY = "# Steps\n\n1. Run `make test`.\n2. Read the first failure.\n3. Fix it and run again.\n"
+EVENT_KINDS = ("created", "updated", "skipped", "unchanged", "error", "redacted")
+
+
+def build_library(root: Path, size: int) -> str:
+    """N managed skills with usage records; returns the name of the skill the page shows."""
+    skills = root / "skills"
+    skills.mkdir(parents=True)
+    state = StateDB(root / "state" / "state.db")
+    records = {}
+    with state.transaction():
+        for index in range(size):
+            name = f"skill-{index:05d}"
+            doc = SkillDoc(
+                name=name,
+                description=f"How to do task {index}.",
+                when_to_use="When the task comes up.",
+                body=BODY,
+                metadata={"managed-by": "skilld", "version": "1"},
+            )
+            data = render_skill(doc, "dsh").encode()
+            (skills / name).mkdir()
+            (skills / name / "SKILL.md").write_bytes(data)
+            state.put_provenance(
+                LIBRARY, name, path=str(skills / name / "SKILL.md"), sha256=sha256_hex(data)
+            )
+            record = new_record(datetime(2026, 11, 1, tzinfo=UTC), created_by="agent")
+            record["use_count"] = index % 17
+            record["last_used_at"] = format_timestamp(datetime(2026, 11, 20, tzinfo=UTC))
+            records[name] = record
+    (skills / USAGE_FILE).write_text(json.dumps(records), encoding="utf-8")
+    shown = f"skill-{size // 2:05d}"
+    history = root / "state" / "history" / f"@{LIBRARY}" / shown
+    history.mkdir(parents=True)
+    for version in range(3):
+        saved = BODY.replace("first", f"version {version}'s first")
+        (history / f"2026110{version + 1}T000000000000Z-{version:012x}.md").write_text(saved)
+    state.close()
+    return shown
+
+
+def fill_events(state_db: Path, count: int, shown: str) -> None:
+    """`count` events, oldest first, a few of them about the skill the page shows."""
+    state = StateDB(state_db)
+    batch = 50_000
+    with state.transaction():
+        for start in range(0, count, batch):
+            rows = [
+                (
+                    f"2026-11-{1 + n * 29 // max(count, 1):02d}T12:00:00+00:00",
+                    EVENT_KINDS[n % len(EVENT_KINDS)],
+                    LIBRARY,
+                    shown if n % 1000 == 0 else f"skill-{n % 997:05d}",
+                    f"session-{n % 5000}",
+                    "jsonl",
+                    "a reason given for this event",
+                    '{"version": 1}',
+                )
+                for n in range(start, min(start + batch, count))
+            ]
+            state.conn.executemany(
+                "INSERT INTO events(ts, kind, library, skill, session, source, reason, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+    state.close()
+
+
+def config_for(root: Path) -> Config:
+    """The library's config, written where the CLI reads it too."""
+    path = root / "config.toml"
+    path.write_text(
+        f'[skills]\ndir = "{root / "skills"}"\n\n[state]\ndir = "{root / "state"}"\n'
+        '\n[log]\nformat = "json"\nlevel = "error"\n',
+        encoding="utf-8",
+    )
+    return load_config(path)
+
+
+def best_ms(function: Callable[[], object], runs: int) -> float:
+    function()  # warm: imports, templates, the page cache
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return min(times) * 1000
+
+
+def cli(config: Config, *args: str) -> Callable[[], None]:
+    """The command `skilld ARGS` run in this process (`skilld.cli.main`: its parser, its
+    config, its read and its JSON), without the interpreter's start-up."""
+    line = ["--config", str(config.path), *args]
+
+    def run() -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if skilld_cli.main(line) != 0:
+                raise RuntimeError(f"skilld {' '.join(args)} failed")
+
+    return run
+
+
+@contextlib.contextmanager
+def serving(config: Config) -> Iterator[str]:
+    """The panel on a free loopback port, in a thread; yields its URL."""
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    access = Access(allowed_hosts(["127.0.0.1"], port), None, "bench")
+    server = PanelServer(
+        uvicorn.Config(guarded_app(config, access), log_level="error", lifespan="off")
+    )
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the panel did not start")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def page(client: httpx.Client, path: str) -> Callable[[], None]:
+    def get() -> None:
+        response = client.get(path)
+        if response.status_code != 200:
+            raise RuntimeError(f"GET {path}: {response.status_code} {response.text[:300]}")
+
+    return get
+
+
+def hermes_dashboard_available() -> bool:
+    return importlib.util.find_spec("hermes_cli") is not None
+
+
+def measure(root: Path, size: int, events: int, runs: int) -> list[tuple[str, float, float]]:
+    shown = build_library(root, size)
+    fill_events(root / "state" / "state.db", events, shown)
+    config = config_for(root)
+    rows = []
+    with serving(config) as url, httpx.Client(base_url=url, timeout=60) as client:
+        pairs: list[tuple[str, Callable[[], None], Callable[[], None]]] = [
+            ("skills", page(client, "/skills"), cli(config, "skills", "list", "--json")),
+            (
+                "skill",
+                page(client, f"/skills/{LIBRARY}/{shown}"),
+                cli(config, "skills", "show", shown, "--json"),
+            ),
+            ("events", page(client, "/events"), cli(config, "events", "--json", "--limit", "50")),
+        ]
+        for name, panel, command in pairs:
+            rows.append((name, best_ms(panel, runs), best_ms(command, runs)))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--events", type=int, default=1_000_000, help="events in the log")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per figure (the best)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run: seconds")
+    parser.add_argument("--dir", type=Path, help="where to build (default: a temp dir)")
+    args = parser.parse_args()
+    configure_logging("json", "error")
+    sizes = [20] if args.smoke else [int(size) for size in args.sizes.split(",")]
+    events = 500 if args.smoke else args.events
+    runs = 1 if args.smoke else args.runs
+    base = Path(tempfile.mkdtemp(prefix="skilld-bench-web-", dir=args.dir))
+    missed = []
+    try:
+        print(f"{'skills':>7} {'events':>9} {'page':<7} {'panel ms':>9} {'cli ms':>8} {'ratio':>6}")
+        for size in sizes:
+            for log in sorted({events, min(events, 1000)}, reverse=True):
+                root = base / f"{size}-{log}"
+                for name, panel_ms, cli_ms in measure(root, size, log, runs):
+                    if log != events and name != "events":
+                        continue
+                    ratio = panel_ms / cli_ms if cli_ms else float("inf")
+                    if ratio >= 2:
+                        missed.append(f"{name} at {size} skills: {ratio:.2f}x")
+                    print(
+                        f"{size:>7,} {log:>9,} {name:<7} {panel_ms:>9.1f} {cli_ms:>8.1f}"
+                        f" {ratio:>5.2f}x",
+                        flush=True,
+                    )
+                shutil.rmtree(root, ignore_errors=True)
+        if not hermes_dashboard_available():
+            print("hermes dashboard: not installed here, skipped")
+        print("targets: every page under 2x the CLI's read;", "missed: " + ", ".join(missed)
+              if missed else "all met")  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
