@@ -229,6 +229,34 @@ def documented_claude_mcp_add() -> list[str]:
     raise AssertionError("docs/mcp.md gives no `claude mcp add` line")
 
 
+def documented_claude_allowed_tools() -> list[str]:
+    """The `--allowedTools` docs/mcp.md gives for `claude -p`, as flags."""
+    for line in _docs_mcp().splitlines():
+        if line.startswith("claude -p") and "--allowedTools" in line:
+            words = shlex.split(line)
+            return ["--allowedTools", words[words.index("--allowedTools") + 1]]
+    raise AssertionError("docs/mcp.md gives no `claude -p ... --allowedTools` line")
+
+
+def documented_claude_permissions() -> dict[str, Any] | None:
+    """The `permissions` settings docs/mcp.md gives for Claude Code, if it gives any."""
+    for block in _docs_mcp().split("```json\n")[1:]:
+        settings = json.loads(block.split("```", 1)[0])
+        if "permissions" in settings:
+            assert isinstance(settings, dict)
+            return settings
+    return None
+
+
+def documented_codex_exec_overrides() -> list[str]:
+    """The `-c` overrides docs/mcp.md gives for an unattended `codex exec` that writes."""
+    for line in _docs_mcp().splitlines():
+        if line.startswith("codex exec") and " -c " in line:
+            words = shlex.split(line)
+            return [word for i, word in enumerate(words) if word == "-c" or words[i - 1] == "-c"]
+    return []
+
+
 def documented_codex_table() -> dict[str, Any]:
     """The `[mcp_servers.skilld]` table docs/mcp.md gives, with this machine's skilld."""
     docs = _docs_mcp()
