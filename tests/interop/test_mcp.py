@@ -67,15 +67,19 @@ def claude_with_skilld(agents: Agents, home: Home, origin: str) -> dict[str, str
     env = claude_env(home, origin)
     added = run_agent([str(agents.claude), *documented_claude_mcp_add()[1:]], home, env)
     assert added.returncode == 0, added.stderr
-    if (permissions := documented_claude_permissions()) is not None:
-        settings = home.root / ".claude/settings.json"
-        settings.write_text(json.dumps(permissions), encoding="utf-8")
     return env
+
+
+def tool_results(captured: Captured) -> list[dict[str, Any]]:
+    """The tool results a Claude Code request sends back to the model."""
+    content = captured.body["messages"][-1]["content"]
+    return [block for block in content if block.get("type") == "tool_result"]
 
 
 def test_claude_code_offers_skilld_tools_and_writes_a_skill_through_them(
     agents: Agents, home: Home
 ) -> None:
+    """The unattended recipe: `claude mcp add`, then `claude -p` naming the tools it may use."""
     script = [
         # Claude Code defers MCP tools behind ToolSearch: the model loads the one it calls.
         ToolCall("ToolSearch", {"query": "select:mcp__skilld__skill_write"}),
@@ -93,10 +97,46 @@ def test_claude_code_offers_skilld_tools_and_writes_a_skill_through_them(
     assert len(model.requests) == 3, result.stdout
 
     assert claude_offered(model.requests[0]) == CLAUDE_TOOLS
-    write_result = model.requests[2].body["messages"][-1]["content"][0]
-    assert write_result["type"] == "tool_result"
-    assert not write_result.get("is_error"), write_result
+    (written,) = tool_results(model.requests[2])
+    assert not written.get("is_error"), written
     assert_owned_by_skilld(home, "claude", home.root / f".claude/skills/{WRITE['name']}/SKILL.md")
+
+
+def test_claude_code_documented_permissions_let_reads_through_and_hold_writes(
+    agents: Agents, home: Home
+) -> None:
+    """The permissions docs/mcp.md gives: a read runs without asking, a write waits for a
+    person, so under `claude -p` (no one to ask) it is refused and nothing is written."""
+    permissions = documented_claude_permissions()
+    assert permissions is not None, "docs/mcp.md gives no Claude Code permissions"
+    (home.root / ".claude").mkdir(parents=True)
+    (home.root / ".claude/settings.json").write_text(json.dumps(permissions), encoding="utf-8")
+    script = [
+        ToolCall(
+            "ToolSearch", {"query": "select:mcp__skilld__skill_list,mcp__skilld__skill_write"}
+        ),
+        ToolCall("mcp__skilld__skill_list", {}),
+        ToolCall("mcp__skilld__skill_write", WRITE),
+        Text("Done."),
+    ]
+    with AnthropicModel(script=script) as model:
+        env = claude_with_skilld(agents, home, model.origin)
+        home.skilld(
+            "skills", "write", "pin-the-toolchain", "--library", "claude",
+            "--description", "Pin the toolchain version before a release build.",
+            "--content", "1. Set the version in rust-toolchain.toml.\n",
+        )  # fmt: skip
+        result = run_agent([str(agents.claude), "-p", "Which skills do we have?"], home, env)
+    assert result.returncode == 0, result.stderr
+    assert len(model.requests) == 4, result.stdout
+
+    (listed,) = tool_results(model.requests[2])
+    assert not listed.get("is_error"), listed
+    assert "pin-the-toolchain" in "\n".join(strings(listed["content"]))
+    (refused,) = tool_results(model.requests[3])
+    assert refused.get("is_error"), refused
+    assert not (home.root / f".claude/skills/{WRITE['name']}").exists()
+    assert [skill["name"] for skill in home.skills("claude")] == ["pin-the-toolchain"]
 
 
 # Codex
