@@ -129,10 +129,12 @@ class Home:
         env.update(extra)
         return env
 
-    def skilld(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def skilld(
+        self, *args: str, check: bool = True, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [sys.executable, "-m", "skilld", *args],
-            env=self.env(),
+            env=self.env(**env),
             cwd=self.project,
             capture_output=True,
             text=True,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.interop.conftest import Agents, Home, frontmatter
+from tests.fakellm import FakeLLM, skill_reply
+from tests.interop.conftest import REPO, Agents, Home, frontmatter
 
 pytestmark = pytest.mark.interop
 
@@ -107,3 +109,55 @@ def test_hermes_inline_shell_runs_nothing_in_a_skill_skilld_wrote(
     assert seen["view"]["success"] is True
     assert "Today is" in seen["view"]["content"]
     assert not list(home.root.rglob("ran.txt")), "Hermes ran the skill's inline shell"
+
+
+def test_hermes_index_shows_a_skill_learned_from_the_example_session_whole(
+    agents: Agents, home: Home, fake_llm: FakeLLM
+) -> None:
+    """The example Hermes session (examples/make_hermes_db.py) learned with no config but the
+    model's: the model first proposes a description as long as models write them; whatever
+    skilld writes, Hermes's index line for it is the whole description."""
+    hermes = hermes_home(home)
+    made = subprocess.run(
+        [sys.executable, str(REPO / "examples/make_hermes_db.py"), str(hermes / "state.db")],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    config = home.root / ".config/skilld/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        '[evolve]\nbackfill = "all"\ncooldown_seconds = 0\n\n'
+        f'[llm]\nbase_url = "{fake_llm.base_url}"\nmodel = "loopback"\n'
+        'api_key_env = "SKILLD_INTEROP_KEY"\n',
+        encoding="utf-8",
+    )
+    content = (
+        "1. Read nginx's error log: `upstream prematurely closed connection` points at the app.\n"
+        "2. grep gunicorn's journal for `WORKER TIMEOUT`.\n"
+        "3. Raise gunicorn's `--timeout` to nginx's `proxy_read_timeout`; restart both.\n"
+    )
+    when = "nginx answers 502 now and then and its log says the upstream closed the connection."
+    fake_llm.push(
+        skill_reply(
+            "gunicorn-timeout-502",
+            content,
+            description="Diagnose intermittent nginx 502 errors caused by gunicorn worker "
+            "timeouts on slow endpoints such as large exports.",
+            when=when,
+        ),
+        skill_reply(
+            "gunicorn-timeout-502",
+            content,
+            description="Fix nginx 502s from gunicorn worker timeouts.",
+            when=when,
+        ),
+    )
+
+    home.skilld("once", SKILLD_INTEROP_KEY="sk-interop-loopback")
+
+    (skill,) = home.skills("hermes")
+    assert skill["name"] == "gunicorn-timeout-502"
+    description = frontmatter(Path(skill["path"]))["description"]
+    line = index_line(probe(agents, home, "gunicorn-timeout-502")["index"], skill["name"])
+    assert line == f"- gunicorn-timeout-502: {description}", line
