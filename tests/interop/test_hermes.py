@@ -59,7 +59,7 @@ def test_hermes_lists_and_loads_a_skill_skilld_wrote(agents: Agents, home: Home)
     hermes_home(home)
     home.skilld(
         "skills", "write", "stale-cache-key", "--library", "hermes",
-        "--description", "Clear the stale cache key that breaks CI builds.",
+        "--description", "Clear the old cache key that breaks CI builds.",
         "--when", "CI fails right after a dependency bump.",
         "--content", "1. Bump the cache key in ci.yml.\n2. Rerun the job.\n",
     )  # fmt: skip
