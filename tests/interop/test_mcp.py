@@ -142,12 +142,15 @@ def test_claude_code_documented_permissions_let_reads_through_and_hold_writes(
 # Codex
 
 
-def codex_with_skilld(home: Home, origin: str) -> dict[str, str]:
+def codex_with_skilld(home: Home, origin: str, *, approvals: bool = True) -> dict[str, str]:
     """Codex with `[mcp_servers.skilld]` exactly as docs/mcp.md gives it (no `required`), in
-    a home where it has run."""
+    a home where it has run; without `approvals`, less its per-tool `tools` tables, so that
+    Codex decides from the tools' annotations alone."""
     (home.root / ".codex/sessions").mkdir(parents=True, exist_ok=True)
     table = documented_codex_table()
     assert "required" not in table
+    if not approvals:
+        table.pop("tools", None)
     return codex_env(home, origin, mcp=table)
 
 
@@ -169,7 +172,10 @@ def test_codex_offers_skilld_tools_in_its_first_request_every_time(
     assert offered.count(True) == runs, f"skilld's tools offered in {offered.count(True)}/{runs}"
 
 
-def test_codex_runs_skill_list_under_exec_without_approval(agents: Agents, home: Home) -> None:
+@pytest.mark.parametrize("approvals", [True, False], ids=["documented", "annotations-only"])
+def test_codex_runs_skill_list_under_exec_without_approval(
+    agents: Agents, home: Home, approvals: bool
+) -> None:
     (home.root / ".codex/sessions").mkdir(parents=True)
     home.skilld(
         "skills", "write", "pin-the-toolchain", "--library", "codex",
@@ -178,7 +184,7 @@ def test_codex_runs_skill_list_under_exec_without_approval(agents: Agents, home:
     )  # fmt: skip
     script: list[Any] = [ToolCall("skill_list", {}, namespace=CODEX_NAMESPACE), Text("Listed.")]
     with ResponsesModel(script=script) as model:
-        env = codex_with_skilld(home, model.origin)
+        env = codex_with_skilld(home, model.origin, approvals=approvals)
         result = run_agent([str(agents.codex), "exec", "Which skills do we have?"], home, env)
     assert result.returncode == 0, result.stderr
 
