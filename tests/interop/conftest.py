@@ -34,13 +34,16 @@ INSTALLER = "tests/interop/install"
 CLOSED_PROXY = "http://127.0.0.1:9"
 #: The placeholder docs/mcp.md gives for where `skilld` is installed.
 DOCS_SKILLD = "/home/you/.local/bin/skilld"
+#: Codex starts that must each offer skilld's tools, unless `--codex-runs` says otherwise (an
+#: option only when tests/interop is named on the command line, as docs/interop.md does).
+CODEX_RUNS = 3
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--codex-runs",
         type=int,
-        default=3,
+        default=CODEX_RUNS,
         help="interop: how many Codex starts must each offer skilld's tools (issue 27: 20)",
     )
 

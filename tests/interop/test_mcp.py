@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.interop.conftest import (
+    CODEX_RUNS,
     Agents,
     Home,
     claude_env,
@@ -161,7 +162,7 @@ def codex_outputs(model: ResponsesModel) -> list[str]:
 def test_codex_offers_skilld_tools_in_its_first_request_every_time(
     agents: Agents, home: Home, request: pytest.FixtureRequest
 ) -> None:
-    runs = int(request.config.getoption("--codex-runs"))
+    runs = int(request.config.getoption("--codex-runs", default=CODEX_RUNS))
     offered = []
     for _ in range(runs):
         with ResponsesModel() as model:
