@@ -111,12 +111,22 @@ def test_a_corrupt_or_unrelated_repository_is_rejoined_by_its_repair_keeping_eve
     [problem] = report.problems
     expected = "not-a-repository" if damage == "corrupt" else "unrelated-history"
     assert problem.code == expected
-    aside = host.skills / ".git.skilld-aside"
-    assert problem.repair == f"mv {host.skills / '.git'} {aside} && skilld sync"
+    aside = host.repo.aside_dir
+    assert host.skills not in aside.parents
+    assert problem.repair == (
+        f"mkdir -p {aside} && mv {host.skills / '.git'} "
+        f'"$(mktemp -d {aside}/skills.XXXXXX)" && skilld sync'
+    )
     run_repair(problem.repair)
     assert host.repo.sync().ok
-    assert aside.is_dir()
-    assert {"first/SKILL.md", "unpushed/SKILL.md"} <= remote_files(remote)
+    [moved] = aside.iterdir()
+    assert (moved / ".git" / "config").is_file()  # the old metadata, kept outside the tree
+    assert remote_files(remote) == {
+        ".gitignore",
+        ".skilld/manifest.json",
+        "first/SKILL.md",
+        "unpushed/SKILL.md",
+    }
 
 
 def test_a_force_pushed_remote_is_reported_and_never_pushed_back_over(

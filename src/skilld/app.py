@@ -119,12 +119,13 @@ def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
     team = None
     if spec.remote:
         from skilld.sync import TeamRepo
-        from skilld.team import host_id
+        from skilld.team import host_id, sync_aside_dir
 
         try:
             team = TeamRepo(
-                spec.dir, spec.remote, host=host_id(config.sync.host), branch=spec.branch
-            )
+                spec.dir, spec.remote, host=host_id(config.sync.host), branch=spec.branch,
+                aside_dir=sync_aside_dir(config),
+            )  # fmt: skip
         except ValueError as exc:
             raise ConfigError(str(exc), f"libraries.{spec.name}.remote") from None
     return Library(

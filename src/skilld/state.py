@@ -59,6 +59,7 @@ EVENT_KINDS = frozenset(
         # team libraries
         "conflict",
         "synced",
+        "sync_refused",
     }
 )
 
@@ -428,7 +429,9 @@ class StateDB:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (ts, kind, library, skill, session, source, reason, detail_json),
             )
-        level = "error" if kind in ("error", "usage_corrupt", "conflict") else "info"
+        level = (
+            "error" if kind in ("error", "usage_corrupt", "conflict", "sync_refused") else "info"
+        )
         fields = {
             "library": library,
             "skill": skill,

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from skilld.log import get_logger
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from skilld.app import App
+    from skilld.config import Config
     from skilld.skills.library import Library
     from skilld.state import StateDB
     from skilld.sync import SyncReport
@@ -35,6 +39,12 @@ def host_id(configured: str) -> str:
 
 def meta_key(library: str) -> str:
     return f"sync:{library}"
+
+
+def sync_aside_dir(config: Config) -> Path:
+    """Where a repair moves a library's broken git metadata: the state dir, never the work
+    tree (a join there would commit it)."""
+    return config.state.dir / "sync-aside"
 
 
 def set_up(library: Library) -> list[str]:
@@ -73,6 +83,7 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
         "pulled": report.pulled,
         "ahead": report.ahead,
         "problems": [f"{p.message} (repair: {p.repair})" for p in report.problems],
+        "refused": refused_record(library, report),
     }
     if report.ok:
         status["last_success"] = when
@@ -99,11 +110,34 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
                 source="sync",
                 detail={"pushed": report.pushed, "pulled": report.pulled},
             )
+        refused = status["refused"]
+        if refused is not None and refused != previous.get("refused"):
+            state.add_event(
+                "sync_refused",
+                library=library.name,
+                source="sync",
+                reason=f"{refused['path']}: {refused['why']} (commit {refused['commit'][:12]})",
+                detail=refused,
+            )
         if not report.ok:
             state.add_event(
                 "error", library=library.name, source="sync", reason=f"sync: {report.error}"
             )
         state.set_meta(meta_key(library.name), status)
+
+
+def refused_record(library: Library, report: SyncReport) -> dict[str, str] | None:
+    """The fetched commit a round did not apply, for the status, the event and `doctor`."""
+    refusal, team = report.refused, library.team
+    if refusal is None or team is None:
+        return None
+    return {
+        "commit": refusal.commit,
+        "tip": refusal.tip,
+        "path": refusal.path,
+        "why": refusal.why,
+        "repair": refusal.repair(team.remote, team.branch),
+    }
 
 
 def _side(host: str | None, winner: str, *, lost: bool = False) -> str:
@@ -127,19 +161,33 @@ def follow_archive_moves(library: Library) -> None:
             library.usage.set_state(name, "archived")
 
 
+def sync_findings(problems: list[str], recorded: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a team library, each with its repair: the work tree's live problems
+    (`problems`, as `sync_status` words them), else the last round's error when no live check
+    explains it (a failed round whose problems a person has repaired since is not one)."""
+    if problems:
+        return list(problems)
+    error = recorded.get("last_error")
+    if not error or recorded.get("problems") or recorded.get("refused"):
+        return []
+    return [f"the last sync failed: {error} (repair: fix that, then run: skilld sync)"]
+
+
 def team_libraries(app: App) -> list[Library]:
     return [library for library in app.libraries.values() if library.team is not None]
 
 
 def sync_status(app: App) -> list[dict[str, Any]]:
     """Per team library: the last successful sync, commits waiting to be pushed, the last
-    error, and problems a person must repair (no network)."""
+    error, the commit the last round refused, problems a person must repair (no network), and
+    `findings`: what `doctor` and `status --check` fail on, each with its repair."""
     rows = []
     for library in team_libraries(app):
         team = library.team
         assert team is not None
         recorded = app.state.get_meta(meta_key(library.name), {})
         status = team.status()
+        problems = [f"{p.message} (repair: {p.repair})" for p in status.problems]
         rows.append(
             {
                 "library": library.name,
@@ -151,7 +199,9 @@ def sync_status(app: App) -> list[dict[str, Any]]:
                 "last_attempt": recorded.get("last_attempt"),
                 "last_error": recorded.get("last_error"),
                 "ahead": status.ahead,
-                "problems": [f"{p.message} (repair: {p.repair})" for p in status.problems],
+                "problems": problems,
+                "refused": recorded.get("refused"),
+                "findings": sync_findings(problems, recorded),
             }
         )
     return rows

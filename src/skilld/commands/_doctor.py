@@ -409,18 +409,20 @@ def check_team_libraries(config: Config) -> list[Check]:
     if not specs:
         return []
     from skilld.sync import GitMissing, TeamRepo, git_version
-    from skilld.team import host_id
+    from skilld.team import host_id, meta_key, sync_aside_dir, sync_findings
 
     try:
         version = git_version()
     except GitMissing as exc:
         return [Check("sync", "fail", f"{exc}; team libraries need the git command-line client")]
     checks = [Check("sync", "ok", f"{version}; host id {host_id(config.sync.host)}")]
+    recorded = recorded_sync_rounds(config, [meta_key(spec.name) for spec in specs])
     for spec in specs:
         try:
             team = TeamRepo(
-                spec.dir, spec.remote or "", host=host_id(config.sync.host), branch=spec.branch
-            )
+                spec.dir, spec.remote or "", host=host_id(config.sync.host), branch=spec.branch,
+                aside_dir=sync_aside_dir(config),
+            )  # fmt: skip
             status = team.status()
         except (ValueError, OSError) as exc:
             checks.append(Check("sync", "fail", f"{spec.name}: {exc}"))
@@ -429,14 +431,27 @@ def check_team_libraries(config: Config) -> list[Check]:
             checks.append(
                 Check("sync", "ok", f"{spec.name}: joins {team.remote} at its first sync")
             )
-        for problem in status.problems:
-            checks.append(
-                Check("sync", "fail", f"{spec.name}: {problem.message}; repair: {problem.repair}")
-            )
-        if status.set_up and not status.problems:
+        live = [f"{p.message} (repair: {p.repair})" for p in status.problems]
+        findings = sync_findings(live, recorded.get(meta_key(spec.name), {}))
+        for finding in findings:
+            message, _, repair = finding.rpartition(" (repair: ")
+            checks.append(Check("sync", "fail", f"{spec.name}: {message}; repair: {repair[:-1]}"))
+        if status.set_up and not findings:
             ahead = f", {status.ahead} commits to push" if status.ahead else ""
             checks.append(Check("sync", "ok", f"{spec.name}: work tree of {team.remote}{ahead}"))
     return checks
+
+
+def recorded_sync_rounds(config: Config, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """What the last sync round of each library recorded in state.db (none yet: empty)."""
+    path = config.state.dir / "state.db"
+    if not path.exists():
+        return {}
+    try:
+        with StateDB(path) as state:
+            return {key: state.get_meta(key, {}) for key in keys}
+    except (StateError, sqlite3.Error):
+        return {}  # check_state reports it
 
 
 def check_guidance(config: Config) -> list[Check]:

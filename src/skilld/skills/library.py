@@ -43,7 +43,13 @@ from skilld.skills.document import (
     validate_skill,
 )
 from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
-from skilld.skills.names import InvalidName, is_safe_path_component, validate_name
+from skilld.skills.names import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    InvalidName,
+    is_safe_path_component,
+    validate_name,
+)
 from skilld.skills.usage import UsageStore, new_record
 
 if TYPE_CHECKING:
@@ -385,7 +391,7 @@ class Library:
                 continue  # .archive, .hub, .usage.json, .skilld, temp files
             if child.is_dir():
                 dirs[child.name] = child
-            elif child.name.endswith(".md") and child.is_file() and folder == root:
+            elif folder == root and self._is_flat_skill(child):
                 flats[child.name[:-3]] = child
         for name, child in dirs.items():
             if name in flats:
@@ -413,6 +419,18 @@ class Library:
                 )  # fmt: skip
                 if entry is not None:
                     yield entry
+
+    def _is_flat_skill(self, child: _Child) -> bool:
+        """A top-level file is a skill only as `<name>.md` with `<name>` a valid skill name
+        (so never README.md, LICENSE or CHANGELOG.md), and only where an agent loads such
+        files: DSH (its dialect) or a flat library. Claude Code, Codex and Hermes load
+        `<name>/SKILL.md` only."""
+        stem = child.name.removesuffix(".md")
+        if stem == child.name or not (self.layout == "flat" or self.dialect == "dsh"):
+            return False
+        return (
+            len(stem) <= MAX_NAME_LENGTH and bool(NAME_PATTERN.fullmatch(stem)) and child.is_file()
+        )
 
     def _load(
         self,

@@ -5,7 +5,7 @@ Integration (the Library and the daemon call these; see the package docstring fo
     repo = TeamRepo(skills_dir, remote, branch="main", host="laptop")
     repo.setup(managed={...})                 # at start-up: init/join, .gitignore; no network
     with repo.change(message, [relpath], manifest={name: ManifestEntry(relpath, sha)}):
-        atomic_write(skills_dir / relpath, data)   # one commit per change skilld makes
+        write_tree_file(skills_dir, relpath, data)  # one commit per change skilld makes
     report = repo.sync(usage=usage_store.read())   # every interval and on `skilld sync`
 
 Concurrency. Every change to the work tree or the branch (a change, a round's commits, the
@@ -35,15 +35,30 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skilld.digest import sha256_hex
-from skilld.fsutil import atomic_write
+from skilld.fsutil import (
+    UnsafePath,
+    list_tree_files,
+    read_tree_file,
+    remove_tree_file,
+    tree_path,
+    write_tree_file,
+)
 from skilld.log import get_logger
 from skilld.sync.git import Git, GitError, find_git
 from skilld.sync.health import Problem, diagnose, remote_rewritten, unrelated_history
+from skilld.sync.incoming import (
+    MAX_FILE_BYTES,
+    Refusal,
+    check_tree,
+    entry_problem,
+    neutralise_attributes,
+    path_problem,
+    shown,
+)
 from skilld.sync.layout import (
     EXCLUDE_HOST_LOCAL,
     GITIGNORE,
     MANIFEST_PATH,
-    ONLY_HOST_LOCAL,
     SKILL_FILE,
     USAGE_DIR,
     check_host,
@@ -56,13 +71,13 @@ from skilld.sync.manifest import (
     ManifestEntry,
     ManifestError,
     parse_manifest,
-    read_manifest,
     render_manifest,
 )
 from skilld.sync.messages import GITIGNORE as GITIGNORE_EVENT
 from skilld.sync.messages import HAND_EDIT, JOINED, RECOVERED, USAGE, change_message
 from skilld.sync.objects import is_ancestor, read_objects
 from skilld.sync.remote import (
+    FETCHED_REF,
     RemoteRewritten,
     check_branch,
     fetch_branch,
@@ -130,6 +145,8 @@ class SyncReport:
     problems: tuple[Problem, ...]  # set when the work tree needs a person (see health.py)
     started_at: float
     finished_at: float
+    #: The fetched commit that was not applied, and why (see incoming.py); `error` says it too.
+    refused: Refusal | None = None
 
 
 @dataclass(slots=True)
@@ -144,6 +161,12 @@ class _Round:
 
 class _Unrelated(Exception):
     """The branch and the remote's share no commit, though this host synced before."""
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
 
 
 class TeamRepo:
@@ -161,9 +184,15 @@ class TeamRepo:
         max_push_attempts: int = 5,
         retry_pause: float = 0.25,
         retry_pause_limit: float = 30.0,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        aside_dir: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
+        #: Where a repair moves broken git metadata: never inside the work tree, where a join
+        #: would see it. The app passes `<state>/sync-aside`.
+        self.aside_dir = aside_dir or root.parent / f".{root.name}.skilld-aside"
+        self.max_file_bytes = max_file_bytes
         self.remote = normalise_remote(remote)
         self.host = check_host(host)
         self.branch = check_branch(branch)
@@ -207,6 +236,7 @@ class TeamRepo:
             problems = tuple(self.diagnose())
         if problems:
             return SetupResult(action, (), problems)
+        neutralise_attributes(self._git_dir())
         with self.lock():
             if self._head() is None:
                 commit = self._join_commit(managed or {})
@@ -220,8 +250,9 @@ class TeamRepo:
         if not self.is_set_up:
             return []
         return diagnose(
-            self.git, self.root, branch=self.branch, remote=self.remote, history=history
-        )
+            self.git, self.root, branch=self.branch, remote=self.remote, history=history,
+            aside=self.aside_dir,
+        )  # fmt: skip
 
     def status(self) -> SyncStatus:
         if not self.is_set_up:
@@ -229,7 +260,33 @@ class TeamRepo:
         problems = tuple(self.diagnose())
         if any(p.code == "not-a-repository" for p in problems):
             return SyncStatus(True, None, 0, problems)
+        if not problems:
+            problems = tuple(self._fetched_problems())
         return SyncStatus(True, self._head(), self._ahead(), problems)
+
+    def _fetched_problems(self) -> list[Problem]:
+        """What the last fetch found that is still in the way, read from the refs it left (no
+        network): a rewritten remote, or a commit refused (incoming.py)."""
+        fetched = self._resolve(FETCHED_REF)
+        tracking = self._resolve(tracking_ref(self.branch))
+        if fetched is None or tracking is None or is_ancestor(self.git, fetched, tracking):
+            return []
+        if not is_ancestor(self.git, tracking, fetched):
+            reason = (
+                f"the remote's {self.branch} was rewritten (force-pushed) since the last sync: "
+                f"it no longer contains {tracking[:12]}"
+            )
+            return [remote_rewritten(self.root, reason, self.aside_dir)]
+        refusals = check_tree(self.git, fetched, since=tracking, limit=self.max_file_bytes)
+        if not refusals:
+            return []
+        refusal = refusals[0]
+        message = f"{refusal} (commit {refusal.commit[:12]} of {self.remote})"
+        return [Problem("refused", message, refusal.repair(self.remote, self.branch))]
+
+    def _resolve(self, ref: str) -> str | None:
+        result = self.git.run("rev-parse", "--quiet", "--verify", f"{ref}^{{commit}}", check=False)
+        return result.line or None
 
     # -- changes -----------------------------------------------------------------------------
 
@@ -267,7 +324,7 @@ class TeamRepo:
         and nothing is committed. A git failure after the block does not raise: the outcome
         says so, and the files stay for the next round to commit."""
         with self.lock():
-            previous = _read_or_none(self.root / MANIFEST_PATH)
+            previous = read_tree_file(self.root, MANIFEST_PATH)
             if manifest:
                 self._write_manifest(self._work_manifest().changed(manifest))
             outcome = ChangeOutcome()
@@ -318,18 +375,24 @@ class TeamRepo:
         """The manifest in the work tree (what every host's skilld wrote, as last synced plus
         this host's changes). Raises ManifestError when a person broke it: treat every skill
         as not skilld's until the next change rewrites it."""
-        return read_manifest(self.root)
+        return self._read_manifest()
 
     def team_usage(self, local: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         """This host's usage records with every other host's published counters added."""
         others = []
-        for file in sorted((self.root / USAGE_DIR).glob("*.json")):
-            if file.stem == self.host:
+        try:
+            names = list_tree_files(self.root, USAGE_DIR)
+        except (OSError, UnsafePath) as exc:
+            self._log.warning("sync_usage_unreadable", path=USAGE_DIR, error=str(exc))
+            names = []
+        for name in names:
+            if not name.endswith(".json") or name == f"{self.host}.json":
                 continue
+            relpath = f"{USAGE_DIR}/{name}"
             try:
-                others.append(parse_host_usage(file.read_bytes()))
-            except (OSError, UsageFileError) as exc:
-                self._log.warning("sync_usage_unreadable", path=str(file), error=str(exc))
+                others.append(parse_host_usage(read_tree_file(self.root, relpath) or b""))
+            except (OSError, UnsafePath, UsageFileError) as exc:
+                self._log.warning("sync_usage_unreadable", path=relpath, error=str(exc))
         return sum_usage(local, others)
 
     def file_versions(self, relpath: str) -> list[Version]:
@@ -383,11 +446,17 @@ class TeamRepo:
                             progress.committed.append(commit)
                 return self._rounds(progress)
         except RemoteRewritten as exc:
-            return self._report(progress, problems=(remote_rewritten(self.root, exc.reason),))
+            problem = remote_rewritten(self.root, exc.reason, self.aside_dir)
+            return self._report(progress, problems=(problem,))
         except _Unrelated:
-            return self._report(progress, problems=(unrelated_history(self.root, self.branch),))
+            problem = unrelated_history(self.root, self.branch, self.aside_dir)
+            return self._report(progress, problems=(problem,))
+        except _Refused as exc:
+            return self._report(progress, error=str(exc.refusal), refused=exc.refusal)
         except GitError as exc:
             return self._report(progress, error=exc.reason)
+        except UnsafePath as exc:  # a link a person put in the work tree
+            return self._report(progress, error=f"refused: {exc}")
         except OSError as exc:  # the work tree itself: a full disk, a permission
             return self._report(progress, error=f"{exc.strerror or exc}: {exc.filename}")
 
@@ -406,6 +475,8 @@ class TeamRepo:
             with self.lock():
                 progress.committed += self._commit_leftovers()
                 head = self._head()
+                if fetched.tip is not None and fetched.tip != fetched.previous:
+                    self._check_incoming(fetched.tip, since=fetched.previous or head)
                 if head is not None and fetched.tip is not None:
                     head = self._integrate(head, fetched.tip, fetched.previous, progress)
                     if fetched.tip != fetched.previous:
@@ -446,6 +517,17 @@ class TeamRepo:
         self._move_branch(head, result.tip)
         return result.tip
 
+    def _check_incoming(self, tip: str, *, since: str | None) -> None:
+        """Raise _Refused when the fetched `tip` holds what a library may not (incoming.py):
+        then nothing moves, and the work tree stays at its last good commit."""
+        neutralise_attributes(self._git_dir())
+        refusals = check_tree(self.git, tip, since=since, limit=self.max_file_bytes)
+        if refusals:
+            for refusal in refusals:
+                self._log.warning("sync_refused", root=str(self.root), commit=refusal.commit,
+                                  path=refusal.path, why=refusal.why)  # fmt: skip
+            raise _Refused(refusals[0])
+
     def _move_branch(self, head: str, target: str) -> None:
         """Move the branch and the work tree from `head` to `target`. `reset --keep` refuses
         (and changes nothing) if a file it must replace has uncommitted changes."""
@@ -454,7 +536,12 @@ class TeamRepo:
         self.git.run("reset", "--quiet", "--keep", target)
 
     def _report(
-        self, progress: _Round, *, error: str | None = None, problems: tuple[Problem, ...] = ()
+        self,
+        progress: _Round,
+        *,
+        error: str | None = None,
+        problems: tuple[Problem, ...] = (),
+        refused: Refusal | None = None,
     ) -> SyncReport:
         if problems and error is None:
             error = str(problems[0])
@@ -475,6 +562,7 @@ class TeamRepo:
             problems=problems,
             started_at=progress.started_at,
             finished_at=self._clock(),
+            refused=refused,
         )
         if error:
             self._log.warning("sync_failed", root=str(self.root), error=error)
@@ -485,11 +573,9 @@ class TeamRepo:
     def _publish_usage(self, records: Mapping[str, Mapping[str, Any]]) -> str | None:
         relpath = usage_path(self.host)
         data = render_host_usage(self.host, records)
-        path = self.root / relpath
-        if _read_or_none(path) == data:
+        if read_tree_file(self.root, relpath) == data:
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data)
+        write_tree_file(self.root, relpath, data)
         subject = f"usage of {self.host}"
         return self.commit(change_message(USAGE, None, host=self.host, subject=subject), [relpath])
 
@@ -502,16 +588,16 @@ class TeamRepo:
             return []
         head_manifest = self._manifest_at("HEAD")
         try:
-            work_manifest = read_manifest(self.root)
+            work_manifest = self._read_manifest()
         except ManifestError as exc:
             self._log.warning("sync_manifest_unreadable", error=str(exc))
             work_manifest = head_manifest
         accepted = self._accepted_entries(head_manifest, work_manifest)
         settled = head_manifest.changed(accepted)
         ours = {p for p in changed if self._is_skillds(p, accepted, head_manifest)}
-        manifest_file = self.root / MANIFEST_PATH
-        if settled.skills or manifest_file.exists():
-            if _read_or_none(manifest_file) != render_manifest(settled):
+        current = read_tree_file(self.root, MANIFEST_PATH)
+        if settled.skills or current is not None:
+            if current != render_manifest(settled):
                 self._write_manifest(settled)
             ours.add(MANIFEST_PATH)
         commits = []
@@ -542,9 +628,9 @@ class TeamRepo:
             if before == after:
                 continue
             if after is None:
-                if before is not None and not (self.root / before.path).exists():
+                if before is not None and not self._exists(before.path):
                     accepted[name] = None
-            elif _sha256_of(self.root / after.path) == after.sha256:
+            elif self._sha256_of(after.path) == after.sha256:
                 accepted[name] = after
         return accepted
 
@@ -565,11 +651,14 @@ class TeamRepo:
         seeded = {
             name: entry
             for name, entry in managed.items()
-            if _sha256_of(self.root / entry.path) == entry.sha256
+            if self._sha256_of(entry.path) == entry.sha256
         }
         if seeded:
             self._write_manifest(self._work_manifest().changed(seeded))
-        self._stage(["."])
+        # By name, never `.`: only what a library may hold (incoming.py) joins the history.
+        paths = self._shareable(self._changed_paths())
+        if paths:
+            self._stage(_literal(paths))
         message = change_message(JOINED, None, host=self.host, subject=f"library of {self.host}")
         self.git.run("commit", "--quiet", "--no-verify", "--file=-", input=message.encode())
         return self._head()
@@ -582,31 +671,74 @@ class TeamRepo:
         return self.commit(message, [GITIGNORE])
 
     def _write_gitignore(self) -> bool:
-        path = self.root / GITIGNORE
-        existing = _read_or_none(path)
+        existing = read_tree_file(self.root, GITIGNORE)
         wanted = gitignore_text((existing or b"").decode("utf-8", "replace")).encode()
         if existing == wanted:
             return False
-        atomic_write(path, wanted)
+        write_tree_file(self.root, GITIGNORE, wanted)
         return True
 
     # -- small helpers -----------------------------------------------------------------------
 
+    def _shareable(self, paths: Sequence[str]) -> list[str]:
+        """`paths` less what a library may not hold (incoming.py): what no other host would
+        accept is never committed (a warning names it; it stays in the work tree)."""
+        kept = []
+        for path in paths:
+            why = path_problem(path)
+            if why is None and os.path.islink(self.root / path):
+                why = "a symbolic link"
+            if why is None:
+                kept.append(path)
+            else:
+                self._log.warning("sync_not_shared", root=str(self.root), path=shown(path), why=why)
+        return kept
+
     def _stage(self, pathspecs: Sequence[str]) -> None:
-        """`git add --all` of `pathspecs`, host-local files left out whatever `.gitignore`
-        says. They are unstaged after the add rather than excluded in it: with an exclude
-        pathspec, git (2.39) silently skips a file inside a folder it does not track yet."""
+        """`git add --all` of `pathspecs`, then unstage whatever a library may not hold,
+        whatever `.gitignore` says (host-local files, links, git metadata, files over the size
+        limit: incoming.py). They are unstaged after the add rather than excluded in it: with
+        an exclude pathspec, git (2.39) silently skips a file inside a folder it does not
+        track yet."""
         self.git.run("add", "--all", "--", *pathspecs)
-        staged = self.git.run(
-            "diff", "--cached", "--name-only", "-z", "--no-renames", "--", *ONLY_HOST_LOCAL
-        ).stdout
-        local = [name.decode("utf-8", "surrogateescape") for name in staged.split(b"\0") if name]
+        local = self._staged_but_not_shareable()
         if not local:
             return
         if self._head() is None:
             self.git.run("rm", "--cached", "--quiet", "--", *_literal(local))
         else:
             self.git.run("reset", "--quiet", "--", *_literal(local))
+
+    def _staged_but_not_shareable(self) -> list[str]:
+        raw = self.git.run(
+            "diff", "--cached", "--raw", "-z", "--no-renames", "--no-abbrev"
+        ).stdout.split(b"\0")
+        added: dict[str, tuple[str, str]] = {}  # path -> (mode, object) of what is staged
+        for meta, name in zip(raw[::2], raw[1::2], strict=False):
+            fields = meta.decode().lstrip(":").split()
+            if len(fields) == 5 and fields[4] != "D":
+                added[name.decode("utf-8", "surrogateescape")] = (fields[1], fields[3])
+        sizes = self._object_sizes({object_id for _, object_id in added.values()})
+        refused = []
+        for path, (mode, object_id) in added.items():
+            size = sizes.get(object_id)
+            why = entry_problem(mode, size, limit=self.max_file_bytes) or path_problem(path)
+            if why is not None:
+                self._log.warning("sync_not_shared", root=str(self.root), path=shown(path), why=why)
+                refused.append(path)
+        return refused
+
+    def _object_sizes(self, object_ids: set[str]) -> dict[str, int]:
+        if not object_ids:
+            return {}
+        wanted = "".join(f"{object_id}\n" for object_id in sorted(object_ids)).encode()
+        out = self.git.run("cat-file", "--batch-check=%(objectname) %(objectsize)", input=wanted)
+        sizes = {}
+        for line in out.text.splitlines():
+            object_id, _, size = line.partition(" ")
+            if size.isdigit():
+                sizes[object_id] = int(size)
+        return sizes
 
     def _changed_paths(self) -> list[str]:
         status = self.git.run(
@@ -630,25 +762,44 @@ class TeamRepo:
         except ManifestError:
             return Manifest()
 
+    def _read_manifest(self) -> Manifest:
+        """The work tree's manifest; empty when there is none yet. ManifestError when it is not
+        a manifest (a bad hand edit, or a link where it should be)."""
+        try:
+            data = read_tree_file(self.root, MANIFEST_PATH)
+        except UnsafePath as exc:
+            raise ManifestError(str(exc)) from None
+        return Manifest() if data is None else parse_manifest(data)
+
+    def _exists(self, relpath: str) -> bool:
+        try:
+            return os.path.lexists(tree_path(self.root, relpath))
+        except UnsafePath:
+            return False
+
+    def _sha256_of(self, relpath: str) -> str | None:
+        try:
+            data = read_tree_file(self.root, relpath)
+        except (UnsafePath, IsADirectoryError, NotADirectoryError):
+            return None
+        return sha256_hex(data) if data is not None else None
+
     def _work_manifest(self) -> Manifest:
         """The work tree's manifest; the committed one when a person broke the file."""
         try:
-            return read_manifest(self.root)
+            return self._read_manifest()
         except ManifestError as exc:
             self._log.warning("sync_manifest_unreadable", error=str(exc))
             return self._manifest_at("HEAD") if self._head() else Manifest()
 
     def _write_manifest(self, manifest: Manifest) -> None:
-        path = self.root / MANIFEST_PATH
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, render_manifest(manifest))
+        write_tree_file(self.root, MANIFEST_PATH, render_manifest(manifest))
 
     def _restore_file(self, relpath: str, data: bytes | None) -> None:
-        path = self.root / relpath
         if data is None:
-            path.unlink(missing_ok=True)
+            remove_tree_file(self.root, relpath)
         else:
-            atomic_write(path, data)
+            write_tree_file(self.root, relpath, data)
 
     def _head(self) -> str | None:
         result = self.git.run("rev-parse", "--quiet", "--verify", "HEAD^{commit}", check=False)
@@ -706,17 +857,3 @@ def _skill_of(relpath: str, *manifests: Manifest) -> str | None:
             if relpath == folder or relpath.startswith(f"{folder}/"):
                 return name
     return skill_name_of_path(relpath)
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def _sha256_of(path: Path) -> str | None:
-    try:
-        return sha256_hex(path.read_bytes())
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
