@@ -295,10 +295,11 @@ def move_in_tree(root: Path, source: str, target: str) -> None:
 
 
 def list_tree_files(root: Path, relpath: str) -> list[str]:
-    """The names of the regular files (links left out) in the folder `root/relpath`, sorted;
-    empty when it does not exist."""
+    """The names of the regular files (links left out) in the folder `root/relpath` (`.`: the
+    root), sorted; empty when it does not exist."""
+    parts = [] if relpath == "." else tree_parts(relpath)
     try:
-        fd = _open_parent(root, [*tree_parts(relpath), ""], create=False)
+        fd = _open_parent(root, [*parts, ""], create=False)
     except FileNotFoundError:
         return []
     try:

@@ -30,7 +30,17 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from skilld.digest import sha256_hex
 from skilld.errors import LibraryError, NotFound, Protected
-from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
+from skilld.fsutil import (
+    FILE_MODE,
+    UnsafePath,
+    atomic_write,
+    contained_path,
+    move_in_tree,
+    read_tree_file,
+    remove_stray_temps,
+    remove_tree_file,
+    write_tree_file,
+)
 from skilld.log import get_logger
 from skilld.routing import LibrarySpec
 from skilld.skills.document import (
@@ -60,7 +70,7 @@ Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
 
 BUNDLED_MANIFEST = ".bundled_manifest"
-HUB_LOCK = Path(".hub") / "lock.json"
+HUB_LOCK = ".hub/lock.json"
 #: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
 USER_RANK = 400
 EXTRA_RANK = 100
@@ -558,16 +568,16 @@ class Library:
 
     def _bundled_names(self) -> set[str]:
         try:
-            text = (self.root / BUNDLED_MANIFEST).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            text = (read_tree_file(self.root, BUNDLED_MANIFEST) or b"").decode("utf-8")
+        except (OSError, UnsafePath, UnicodeDecodeError):
             return set()
         names = (line.split(":", 1)[0].strip() for line in text.splitlines())
         return {name for name in names if name and not name.startswith("#")}
 
     def _hub_names(self) -> set[str]:
         try:
-            data = json.loads((self.root / HUB_LOCK).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(read_tree_file(self.root, HUB_LOCK) or b"{}")
+        except (OSError, ValueError):  # UnsafePath is a ValueError
             return set()
         installed = data.get("installed") if isinstance(data, dict) else None
         return set(installed) if isinstance(installed, dict) else set()
@@ -757,9 +767,12 @@ class Library:
             prompt_version=origin.prompt_version,
         )
         with self._recorded(event, name, origin, [path], path, digest):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, data)
+            write_tree_file(self.root, self._relpath(path), data)
         return digest
+
+    def _relpath(self, path: Path) -> str:
+        """`path` (built from the root) relative to it, for the tree guard (fsutil)."""
+        return path.relative_to(self.root).as_posix()
 
     def _ensure_record(self, name: str) -> None:
         """A created skill's usage record: curator-managed, and active even when the name was
@@ -872,7 +885,7 @@ class Library:
             self._save_history(entry.name, entry.path)
             kept: tuple[str, ...] = ()
             with self._recorded("deleted", entry.name, origin, [entry.path], None):
-                entry.path.unlink()
+                remove_tree_file(self.root, self._relpath(entry.path))
                 if entry.layout == "dir":
                     folder = entry.path.parent
                     kept = tuple(
@@ -952,7 +965,7 @@ class Library:
             with self._recorded(
                 "archived", entry.name, origin, [source, target], archived_file, entry.sha256
             ):
-                os.replace(source, target)
+                move_in_tree(self.root, self._relpath(source), self._relpath(target))
             if mark_usage:
                 archived_at = datetime.fromtimestamp(self._clock(), UTC)
                 self.usage.set_state(entry.name, "archived", archived_at=archived_at)
@@ -1016,7 +1029,7 @@ class Library:
             with self._recorded(
                 "restored", name, origin, [source, target], skill_file if ours else None, ours
             ):
-                os.replace(source, target)
+                move_in_tree(self.root, self._relpath(source), self._relpath(target))
             self.usage.restore(name)
             with self.state.transaction():
                 # The hash recorded at archive time stays: a copy edited inside the archive
@@ -1036,9 +1049,8 @@ class Library:
     def _save_history(self, name: str, path: Path) -> None:
         if self.history_keep == 0:
             return
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        data = read_tree_file(self.root, self._relpath(path))
+        if data is None:
             return
         digest = sha256_hex(data)[:12]
         saved = self._saved_versions(name)
