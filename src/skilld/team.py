@@ -83,7 +83,7 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
         "pulled": report.pulled,
         "ahead": report.ahead,
         "problems": [f"{p.message} (repair: {p.repair})" for p in report.problems],
-        "refused": refused_record(library, report),
+        "refused": refused_records(library, report),
     }
     if report.ok:
         status["last_success"] = when
@@ -110,8 +110,9 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
                 source="sync",
                 detail={"pushed": report.pushed, "pulled": report.pulled},
             )
-        refused = status["refused"]
-        if refused is not None and refused != previous.get("refused"):
+        for refused in status["refused"]:
+            if refused in (previous.get("refused") or ()):
+                continue  # refused on an earlier round already
             state.add_event(
                 "sync_refused",
                 library=library.name,
@@ -126,18 +127,21 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
         state.set_meta(meta_key(library.name), status)
 
 
-def refused_record(library: Library, report: SyncReport) -> dict[str, str] | None:
-    """The fetched commit a round did not apply, for the status, the event and `doctor`."""
-    refusal, team = report.refused, library.team
-    if refusal is None or team is None:
-        return None
-    return {
-        "commit": refusal.commit,
-        "tip": refusal.tip,
-        "path": refusal.path,
-        "why": refusal.why,
-        "repair": refusal.repair(team.remote, team.branch),
-    }
+def refused_records(library: Library, report: SyncReport) -> list[dict[str, str]]:
+    """Why a round did not apply the fetched commit, a path each, for the status and the
+    `sync_refused` events."""
+    team = library.team
+    assert team is not None
+    return [
+        {
+            "commit": refusal.commit,
+            "tip": refusal.tip,
+            "path": refusal.path,
+            "why": refusal.why,
+            "repair": refusal.repair(team.remote, team.branch),
+        }
+        for refusal in report.refused
+    ]
 
 
 def _side(host: str | None, winner: str, *, lost: bool = False) -> str:

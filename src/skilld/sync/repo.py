@@ -145,8 +145,9 @@ class SyncReport:
     problems: tuple[Problem, ...]  # set when the work tree needs a person (see health.py)
     started_at: float
     finished_at: float
-    #: The fetched commit that was not applied, and why (see incoming.py); `error` says it too.
-    refused: Refusal | None = None
+    #: Why the fetched commit was not applied, a path each (incoming.py); `error` names the
+    #: first and how many more.
+    refused: tuple[Refusal, ...] = ()
 
 
 @dataclass(slots=True)
@@ -164,9 +165,9 @@ class _Unrelated(Exception):
 
 
 class _Refused(Exception):
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(str(refusal))
-        self.refusal = refusal
+    def __init__(self, refusals: list[Refusal]) -> None:
+        super().__init__(str(refusals[0]))
+        self.refusals = tuple(refusals)
 
 
 class TeamRepo:
@@ -278,11 +279,14 @@ class TeamRepo:
             )
             return [remote_rewritten(self.root, reason, self.aside_dir)]
         refusals = check_tree(self.git, fetched, since=tracking, limit=self.max_file_bytes)
-        if not refusals:
-            return []
-        refusal = refusals[0]
-        message = f"{refusal} (commit {refusal.commit[:12]} of {self.remote})"
-        return [Problem("refused", message, refusal.repair(self.remote, self.branch))]
+        return [
+            Problem(
+                "refused",
+                f"{refusal} (commit {refusal.commit[:12]} of {self.remote})",
+                refusal.repair(self.remote, self.branch),
+            )
+            for refusal in refusals
+        ]
 
     def _resolve(self, ref: str) -> str | None:
         result = self.git.run("rev-parse", "--quiet", "--verify", f"{ref}^{{commit}}", check=False)
@@ -452,7 +456,9 @@ class TeamRepo:
             problem = unrelated_history(self.root, self.branch, self.aside_dir)
             return self._report(progress, problems=(problem,))
         except _Refused as exc:
-            return self._report(progress, error=str(exc.refusal), refused=exc.refusal)
+            first, more = exc.refusals[0], len(exc.refusals) - 1
+            error = f"{first} (and {more} more)" if more else str(first)
+            return self._report(progress, error=error, refused=exc.refusals)
         except GitError as exc:
             return self._report(progress, error=exc.reason)
         except UnsafePath as exc:  # a link a person put in the work tree
@@ -526,7 +532,7 @@ class TeamRepo:
             for refusal in refusals:
                 self._log.warning("sync_refused", root=str(self.root), commit=refusal.commit,
                                   path=refusal.path, why=refusal.why)  # fmt: skip
-            raise _Refused(refusals[0])
+            raise _Refused(refusals)
 
     def _move_branch(self, head: str, target: str) -> None:
         """Move the branch and the work tree from `head` to `target`. `reset --keep` refuses
@@ -541,7 +547,7 @@ class TeamRepo:
         *,
         error: str | None = None,
         problems: tuple[Problem, ...] = (),
-        refused: Refusal | None = None,
+        refused: tuple[Refusal, ...] = (),
     ) -> SyncReport:
         if problems and error is None:
             error = str(problems[0])
