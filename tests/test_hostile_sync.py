@@ -68,8 +68,16 @@ def fresh_heartbeat(host: Host) -> None:
         state.set_meta("daemon", {"pid": os.getpid(), "interval": 60})
 
 
-def run_repair(command: str) -> None:
-    subprocess.run(command.removesuffix(" && skilld sync"), shell=True, check=True)
+def run_repair(command: str, cwd: Path | None = None) -> None:
+    """A repair command as a person pastes it (with a git identity for its commits)."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "Pat", "GIT_AUTHOR_EMAIL": "pat@example.com",
+        "GIT_COMMITTER_NAME": "Pat", "GIT_COMMITTER_EMAIL": "pat@example.com",
+    }  # fmt: skip
+    command = command.removesuffix(" && skilld sync")
+    subprocess.run(command, shell=True, check=True, cwd=cwd, env=env, capture_output=True)
 
 
 def test_a_symlinked_gitignore_is_refused_and_the_file_it_names_never_leaves(
@@ -88,11 +96,13 @@ def test_a_symlinked_gitignore_is_refused_and_the_file_it_names_never_leaves(
     assert not (alpha.skills / ".gitignore").is_symlink()
     [event] = alpha.events("sync_refused")
     assert event["detail"]["commit"] == bad and event["detail"]["path"] == ".gitignore"
-    # Learning goes on locally; the next round after the teammate's fix pushes it.
+    # Learning goes on locally; the repair doctor prints fixes the remote, and the next
+    # round pushes what was learned meanwhile.
     alpha.ok("skills", "write", "later", "--description", "Later.", "--content", "1. Go.")
-    (person.clone / ".gitignore").unlink()
-    (person.clone / ".gitignore").write_text("*.swp\n")
-    push(person, ".gitignore", message="a real .gitignore again")
+    doctor = alpha.cli("doctor", "--no-llm")
+    [line] = [line for line in doctor.stdout.splitlines() if "refused: .gitignore" in line]
+    assert line.startswith("fail") and str(remote) not in line  # the URL is never printed
+    run_repair(line.split("repair: ", 1)[1], cwd=tmp_path)
     assert alpha.sync()["error"] is None
     assert "later/SKILL.md" in remote_files(remote)
     assert SECRET not in remote_history(remote)
@@ -117,7 +127,7 @@ def test_a_symlinked_skilld_folder_writes_nothing_outside_and_doctor_names_it(
     doctor = alpha.cli("doctor", "--no-llm")
     assert doctor.returncode == 1
     [line] = [line for line in doctor.stdout.splitlines() if "refused" in line]
-    assert line.startswith("fail") and ".skilld" in line and "repair: git clone" in line
+    assert line.startswith("fail") and ".skilld" in line and "remote get-url origin" in line
     # A later round fails the same way, and never wedges: once fixed, it syncs again.
     assert alpha.cli("sync").returncode == 1
     (person.clone / ".skilld").unlink()

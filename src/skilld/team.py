@@ -138,7 +138,7 @@ def refused_records(library: Library, report: SyncReport) -> list[dict[str, str]
             "tip": refusal.tip,
             "path": refusal.path,
             "why": refusal.why,
-            "repair": refusal.repair(team.remote, team.branch),
+            "repair": refusal.repair(team.root, team.branch),
         }
         for refusal in report.refused
     ]

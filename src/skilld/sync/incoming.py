@@ -49,6 +49,7 @@ GITATTRIBUTES = ".gitattributes"
 TOP_LEVEL_FILES = frozenset({"README.md", "LICENSE", GITIGNORE, GITATTRIBUTES})
 _GIT_FILES = frozenset({GITIGNORE, GITATTRIBUTES})
 _PLAIN_MODES = frozenset({"100644", "100755"})
+_ODD_NAME = "its name has an empty, '.' or '..' component"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: The suffix `archive` gives a name already in the archive.
 _ARCHIVE_STAMP = re.compile(r"-\d{8}T\d{6}Z$")
@@ -68,23 +69,29 @@ class Refusal:
     tip: str  # the remote's branch as fetched
     path: str
     why: str
+    exact: bool = True  # `path` is the name itself, as git reads it (see `shown`)
 
     def __str__(self) -> str:
         return f"refused: {self.path}: {self.why}"
 
-    def repair(self, remote: str, branch: str) -> str:
-        """The commands a person runs to take the path out of the remote's branch."""
-        clone = "skilld-fix"
-        remove = shlex.join(
-            ["git", "-C", clone, "rm", "-r", "--quiet", "--cached", "--", self.path]
-        )
-        if not self.path.isprintable():
-            remove = shlex.join(["git", "-C", clone, "revert", "--no-edit", self.commit])
-        message = shlex.quote(f"remove {self.path}: {self.why}")
+    def repair(self, root: Path, branch: str) -> str:
+        """The commands a person runs to take the path out of the remote's branch, in a fresh
+        clone of it. The remote's URL is read from the library's own config rather than
+        printed (it may hold a token). A name git would read otherwise than it is printed
+        (`..`, control characters, bytes that are not UTF-8) is taken out by reverting the
+        commit that brought it."""
+        library = shlex.quote(str(root))
+        quoted_branch = shlex.quote(branch)
+        if self.exact:
+            remove = f'git -C "$fix" rm -r --quiet --cached -- {shlex.quote(self.path)}'
+            commit = f'git -C "$fix" commit --quiet -m {shlex.quote(f"remove {self.path}")}'
+        else:
+            remove = f'git -C "$fix" revert --no-edit {self.commit}'
+            commit = "true"
         return (
-            f"{shlex.join(['git', 'clone', '--quiet', '--branch', branch, remote, clone])} && "
-            f"{remove} && git -C {clone} commit --quiet -m {message} && "
-            f"git -C {clone} push origin {branch}"
+            f'fix="$(mktemp -d)" && git clone --quiet --branch {quoted_branch} '
+            f'"$(git -C {library} remote get-url origin)" "$fix" && {remove} && {commit} && '
+            f'git -C "$fix" push origin {quoted_branch}'
         )
 
 
@@ -109,7 +116,7 @@ def path_problem(path: str) -> str | None:
         return "its name holds a control character (a newline, say)"
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
-        return "its name has an empty, '.' or '..' component"
+        return _ODD_NAME
     for part in parts:
         if is_host_local(part):
             return "a host-local file, never shared"
@@ -166,8 +173,12 @@ def check_tree(
         if why is not None:
             found.append((path, why))
     return [
-        Refusal(_brought_by(git, tip, since, path), tip, shown(path), why) for path, why in found
-    ]
+        Refusal(
+            _brought_by(git, tip, since, path), tip, shown(path), why,
+            exact=shown(path) == path and why != _ODD_NAME,
+        )
+        for path, why in found
+    ]  # fmt: skip
 
 
 def neutralise_attributes(git_dir: Path) -> None:

@@ -269,21 +269,26 @@ class TeamRepo:
         """What the last fetch found that is still in the way, read from the refs it left (no
         network): a rewritten remote, or a commit refused (incoming.py)."""
         fetched = self._resolve(FETCHED_REF)
-        tracking = self._resolve(tracking_ref(self.branch))
-        if fetched is None or tracking is None or is_ancestor(self.git, fetched, tracking):
+        if fetched is None:
             return []
-        if not is_ancestor(self.git, tracking, fetched):
+        since = self._resolve(tracking_ref(self.branch))
+        if since is not None and not is_ancestor(self.git, since, fetched):
+            if is_ancestor(self.git, fetched, since):
+                return []  # the fetch was integrated and pushed over since
             reason = (
                 f"the remote's {self.branch} was rewritten (force-pushed) since the last sync: "
-                f"it no longer contains {tracking[:12]}"
+                f"it no longer contains {since[:12]}"
             )
             return [remote_rewritten(self.root, reason, self.aside_dir)]
-        refusals = check_tree(self.git, fetched, since=tracking, limit=self.max_file_bytes)
+        since = since or self._head()  # never synced: the join
+        if since is None or fetched == since or is_ancestor(self.git, fetched, since):
+            return []
+        refusals = check_tree(self.git, fetched, since=since, limit=self.max_file_bytes)
         return [
             Problem(
                 "refused",
-                f"{refusal} (commit {refusal.commit[:12]} of {self.remote})",
-                refusal.repair(self.remote, self.branch),
+                f"{refusal} (commit {refusal.commit[:12]} of the remote's {self.branch})",
+                refusal.repair(self.root, self.branch),
             )
             for refusal in refusals
         ]
