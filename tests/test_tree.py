@@ -8,6 +8,7 @@ import pytest
 
 from skilld.fsutil import (
     UnsafePath,
+    is_tree_dir,
     list_tree_files,
     move_in_tree,
     read_tree_file,
@@ -89,3 +90,14 @@ def test_a_usage_sidecar_that_is_a_link_is_refused_not_read(root: Path) -> None:
     with pytest.raises(UnsafePath):
         UsageStore(root).read()
     assert (root.parent / "outside" / "secret").read_text() == "key\n"
+
+
+def test_a_folder_counts_only_when_every_folder_on_the_way_is_real(root: Path) -> None:
+    (root / "real" / "skills").mkdir()
+    (root / "linked").symlink_to(root / "real")
+    (root / "file").write_text("x")
+    assert is_tree_dir(root, "real/skills")
+    assert not is_tree_dir(root, "linked/skills")
+    assert not is_tree_dir(root, "file")
+    assert not is_tree_dir(root, "missing")
+    assert not is_tree_dir(root, "../outside")

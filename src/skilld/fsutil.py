@@ -14,6 +14,7 @@ taking the library root and a path relative to it (`/`-separated):
     remove_tree_file(root, relpath)        unlink a file (a missing one is fine)
     move_in_tree(root, source, target)     os.replace inside the root (archive, restore)
     list_tree_files(root, relpath)         names of the regular files in a folder
+    is_tree_dir(root, relpath)             it and every folder on the way are real folders
     tree_path(root, relpath)               the checked Path, for a caller that needs one
 
 Each walks from the root one component at a time with `openat(2)` and `O_NOFOLLOW`: a
@@ -311,6 +312,17 @@ def list_tree_files(root: Path, relpath: str) -> list[str]:
         return sorted(names)
     finally:
         os.close(fd)
+
+
+def is_tree_dir(root: Path, relpath: str) -> bool:
+    """True when `root/relpath` exists and it and every folder between it and `root` are real
+    folders (no link, no file): e.g. whether a project's skills dir counts as one."""
+    try:
+        fd = _open_parent(root, [*tree_parts(relpath), ""], create=False)
+    except (FileNotFoundError, UnsafePath):
+        return False
+    os.close(fd)
+    return True
 
 
 def _open_parent(root: Path, parts: list[str], *, create: bool) -> int:
