@@ -59,6 +59,10 @@ def test_what_a_library_may_hold(path: str) -> None:
         ("a//b", "'..'"),
         ("fix-venv/line\nbreak.md", "control character"),
         ("fix-venv/\udcff.md", "not UTF-8"),
+        (".Usage.JSON", "host-local"),
+        (".GIT/config", "git metadata"),
+        (".GitModules", "git metadata"),
+        (".usage\u200c.json", "invisible"),
     ],
 )
 def test_what_a_library_may_not_hold_and_why(path: str, why: str) -> None:

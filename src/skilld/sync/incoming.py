@@ -28,6 +28,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,7 +103,9 @@ def shown(path: str) -> str:
 
 
 def is_host_local(component: str) -> bool:
-    return any(fnmatch.fnmatchcase(component, pattern) for pattern in HOST_LOCAL_PATTERNS)
+    # Case-folded: on a case-insensitive filesystem `.Usage.json` is the sidecar.
+    folded = component.casefold()
+    return any(fnmatch.fnmatchcase(folded, pattern.casefold()) for pattern in HOST_LOCAL_PATTERNS)
 
 
 def path_problem(path: str) -> str | None:
@@ -114,13 +117,16 @@ def path_problem(path: str) -> str | None:
         return "its name is not UTF-8"
     if _CONTROL.search(path):
         return "its name holds a control character (a newline, say)"
+    if any(unicodedata.category(char) == "Cf" for char in path):
+        # macOS's filesystem ignores some of these: `.usage\u200c.json` would be the sidecar.
+        return "its name holds an invisible formatting character"
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         return _ODD_NAME
     for part in parts:
         if is_host_local(part):
             return "a host-local file, never shared"
-        if part.startswith(".git") and part not in _GIT_FILES:
+        if part.casefold().startswith(".git") and part not in _GIT_FILES:
             return "git metadata, never shared"
     if parts[0] == META_DIR:
         if path == MANIFEST_PATH or _is_usage_file(path):
