@@ -285,7 +285,10 @@ def test_a_hostile_remote_never_reaches_outside_a_library(
         team.ok(name, "sync")
     plain_git("clone", "--quiet", str(team.remote), str(team.clone), cwd=team.base)
     # The one thing a remote may bring beyond skills: a .gitattributes, which names drivers.
-    attributes = b"* filter=evil diff=evil merge=evil working-tree-encoding=UTF-16 eol=crlf\n"
+    # (A plain clone checks notes.md out as UTF-16 with CRLF line ends.)
+    attributes = (
+        b"* filter=evil diff=evil merge=evil ident\n*.md working-tree-encoding=UTF-16LE eol=crlf\n"
+    )
     notes = b"Line one.\nLine two.\n"
     team.push_tree(
         {**team.entries(team.tip()), b".gitattributes": blob(attributes),
