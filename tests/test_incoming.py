@@ -4,6 +4,7 @@ commit skilld makes are held to."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,23 @@ def test_what_a_library_may_not_share_stays_on_its_host_uncommitted(tmp_path: Pa
     assert remote_files(remote) == {".gitignore", ".skilld/manifest.json", "fix-venv/SKILL.md"}
     assert os.path.islink(host.skills / "fix-venv" / "scripts" / "key")
     assert (host.skills / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_link_a_person_puts_in_the_work_tree_fails_the_round_and_writes_nothing_out(
+    tmp_path: Path,
+) -> None:
+    remote = bare_remote(tmp_path / "team.git")
+    host = Host(tmp_path, "alpha", remote)
+    host.repo.setup()
+    host.write_skill("fix-venv", "Recreate it.")
+    assert host.repo.sync().ok
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(host.skills / ".skilld")
+    (host.skills / ".skilld").symlink_to(outside)
+
+    report = host.repo.sync(usage={"fix-venv": {"use_count": 1}})
+
+    assert not report.ok and report.error is not None and "refused: .skilld" in report.error
+    assert list(outside.iterdir()) == []
+    assert remote_files(remote) == {".gitignore", ".skilld/manifest.json", "fix-venv/SKILL.md"}
