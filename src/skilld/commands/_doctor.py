@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.config import SECTIONS, Config, SourceConfig
 from skilld.errors import ConfigError
-from skilld.fsutil import TEMP_MARKER
+from skilld.fsutil import TEMP_MARKER, read_tree_file
 from skilld.routing import AGENTS, default_path, default_sources, resolve
+from skilld.skills.usage import USAGE_FILE
 from skilld.state import StateDB, StateError, process_alive
 
 if TYPE_CHECKING:  # the LLM client (httpx) loads only when doctor probes the endpoint
@@ -101,7 +102,7 @@ def check_libraries(config: Config) -> list[Check]:
             checks.append(Check("library", "fail", f"{label}: {problem}"))
             continue
         checks.append(Check("library", "ok", f"{label}: writable, flock works"))
-        if corrupt := _usage_problem(root / ".usage.json"):
+        if corrupt := _usage_problem(root):
             checks.append(Check("library", "warn", corrupt))
         for kind in dict.fromkeys(fed.get(name, ())):
             expected = AGENTS[kind].dialect if kind in AGENTS else None
@@ -205,12 +206,15 @@ def _inspect_database(path: Path, table: str) -> tuple[Status, str]:
     return "ok", f"readable SQLite database with a {table} table"
 
 
-def _usage_problem(usage: Path) -> str | None:
-    if not usage.exists():
-        return None
+def _usage_problem(root: Path) -> str | None:
+    usage = root / USAGE_FILE
     try:
-        json.loads(usage.read_bytes())
-    except (OSError, ValueError) as exc:
+        # Through the tree guard: a sidecar that is a link is reported, never read.
+        raw = read_tree_file(root, USAGE_FILE)
+        if raw is None:
+            return None
+        json.loads(raw)
+    except (OSError, ValueError) as exc:  # UnsafePath is a ValueError
         return (
             f"{usage} is unreadable or corrupt ({exc}); the daemon will copy it aside and "
             "rebuild it from what it can recover"
