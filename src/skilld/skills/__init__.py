@@ -18,7 +18,7 @@ _EXPORTS = {
         ],
         "document",
     ),
-    **dict.fromkeys(["SKILL_FILE", "find_skill_file"], "layout"),
+    **dict.fromkeys(["ARCHIVE_DIR", "SKILL_FILE", "find_skill_file"], "layout"),
     **dict.fromkeys(
         [
             "BUNDLED_MANIFEST",
@@ -34,7 +34,15 @@ _EXPORTS = {
         "library",
     ),
     **dict.fromkeys(
-        ["InvalidName", "apply_prefix", "is_safe_path_component", "validate_name"], "names"
+        [
+            "MAX_NAME_LENGTH",
+            "NAME_PATTERN",
+            "InvalidName",
+            "apply_prefix",
+            "is_safe_path_component",
+            "validate_name",
+        ],
+        "names",
     ),
     **dict.fromkeys(
         [
