@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from skilld.sync.incoming import LIVE_TRIGGER
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply
 from tests.synchosts import Host, Person, bare_remote
@@ -387,9 +388,9 @@ def test_a_remote_commit_bringing_a_live_trigger_is_refused(tmp_path: Path) -> N
     person = Person(tmp_path, remote)
     person.edit("status/SKILL.md", live, "add a status skill")
     report = bravo.repo.sync()
-    [problem] = report.problems
-    assert problem.code == "live-shell-trigger"
-    assert "status/SKILL.md" in problem.message and "last good commit" in problem.message
+    [refused] = report.refused
+    assert (refused.path, refused.why) == ("status/SKILL.md", LIVE_TRIGGER)
+    assert report.error == f"refused: status/SKILL.md: {LIVE_TRIGGER}"
     assert bravo.head_tree() == good
     assert not (bravo.skills / "status").exists()
 

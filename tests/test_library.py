@@ -278,14 +278,12 @@ def test_an_update_retried_after_failed_writes_saves_the_old_version_once(
     for version in range(3):
         library.apply(doc("versioned", body=f"1. Version {version}.\n"), ME)
 
-    def disk_full(path: Path, data: bytes | str, **kwargs: object) -> None:
-        if path.name == "SKILL.md":
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        atomic_write(path, data)
+    def disk_full(root: Path, relpath: str, data: bytes | str, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(root / relpath))
 
     newer = doc("versioned", body="1. Version 3.\n")
     with monkeypatch.context() as patch:
-        patch.setattr("skilld.skills.library.atomic_write", disk_full)
+        patch.setattr("skilld.skills.library.write_tree_file", disk_full)
         for _ in range(5):  # the daemon retries the write on every tick
             assert isinstance(library.write(newer, ME), WriteFailed)
     assert library.apply(newer, ME).kind == "updated"

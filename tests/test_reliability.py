@@ -813,7 +813,11 @@ real_replace = os.replace
 
 
 def replace(source, target, *args, **kwargs):
-    if "/.archive/" in os.fspath(target):
+    folder = kwargs.get("dst_dir_fd")  # the tree guard moves by folder descriptor and name
+    where = os.fspath(target)
+    if folder is not None:
+        where = os.path.join(os.readlink(f"/proc/self/fd/{folder}"), where)
+    if "/.archive/" in where:
         probe("move")
     return real_replace(source, target, *args, **kwargs)
 

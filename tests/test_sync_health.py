@@ -71,10 +71,18 @@ def test_a_diverted_work_tree_is_reported_with_its_repair_and_left_alone(
     if code in ("detached-head", "wrong-branch"):
         plain_git("merge", "--quiet", "--ff-only", before, cwd=host.skills)
     assert host.repo.sync().ok
-    assert "meanwhile/SKILL.md" in remote_files(remote)
+    # The remote's whole list: a repair never publishes anything but the library.
+    assert remote_files(remote) == {
+        ".gitignore",
+        ".skilld/manifest.json",
+        "first/SKILL.md",
+        "meanwhile/SKILL.md",
+    }
 
 
-def test_a_rebase_a_person_left_unfinished_stops_syncing_until_aborted(host: Host) -> None:
+def test_a_rebase_a_person_left_unfinished_stops_syncing_until_aborted(
+    host: Host, remote: Path
+) -> None:
     skill = host.skills / "first" / "SKILL.md"
     plain_git("switch", "--quiet", "-c", "side", cwd=host.skills)
     skill.write_text("side\n")
@@ -92,6 +100,7 @@ def test_a_rebase_a_person_left_unfinished_stops_syncing_until_aborted(host: Hos
     assert skill.read_bytes() == conflicted  # skilld touched nothing
     run_repair(problem.repair)
     assert host.repo.sync().ok
+    assert remote_files(remote) == {".gitignore", ".skilld/manifest.json", "first/SKILL.md"}
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "unrelated"])
@@ -111,12 +120,22 @@ def test_a_corrupt_or_unrelated_repository_is_rejoined_by_its_repair_keeping_eve
     [problem] = report.problems
     expected = "not-a-repository" if damage == "corrupt" else "unrelated-history"
     assert problem.code == expected
-    aside = host.skills / ".git.skilld-aside"
-    assert problem.repair == f"mv {host.skills / '.git'} {aside} && skilld sync"
+    aside = host.repo.aside_dir
+    assert host.skills not in aside.parents
+    assert problem.repair == (
+        f"mkdir -p {aside} && mv {host.skills / '.git'} "
+        f'"$(mktemp -d {aside}/skills.XXXXXX)" && skilld sync'
+    )
     run_repair(problem.repair)
     assert host.repo.sync().ok
-    assert aside.is_dir()
-    assert {"first/SKILL.md", "unpushed/SKILL.md"} <= remote_files(remote)
+    [moved] = aside.iterdir()
+    assert (moved / ".git" / "config").is_file()  # the old metadata, kept outside the tree
+    assert remote_files(remote) == {
+        ".gitignore",
+        ".skilld/manifest.json",
+        "first/SKILL.md",
+        "unpushed/SKILL.md",
+    }
 
 
 def test_a_force_pushed_remote_is_reported_and_never_pushed_back_over(
@@ -136,7 +155,12 @@ def test_a_force_pushed_remote_is_reported_and_never_pushed_back_over(
     assert host.repo.sync().problems == report.problems  # reported on every round
     run_repair(problem.repair)
     assert host.repo.sync().ok
-    assert "later/SKILL.md" in remote_files(remote)
+    assert remote_files(remote) == {
+        ".gitignore",
+        ".skilld/manifest.json",
+        "first/SKILL.md",
+        "later/SKILL.md",
+    }
     assert plain_git("merge-base", "--is-ancestor", rewritten.strip(), "main", cwd=remote)
 
 

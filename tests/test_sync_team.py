@@ -193,7 +193,8 @@ def test_joining_a_library_full_of_skills_to_a_remote_full_of_skills_loses_no_fi
     for name, body in (("mine-only", "From my laptop."), ("both", "My old version.")):
         (newcomer.skills / name).mkdir(parents=True)
         (newcomer.skills / name / "SKILL.md").write_bytes(skill_text(name, body))
-    (newcomer.skills / "notes.txt").write_text("my notes\n")
+    (newcomer.skills / "README.md").write_text("my notes\n")
+    (newcomer.skills / "notes.txt").write_text("not a skill, not shared\n")
     (newcomer.skills / ".usage.json").write_text('{"mine-only": {"use_count": 2}}\n')
     mine = sha256(skill_text("mine-only", "From my laptop."))
 
@@ -206,7 +207,7 @@ def test_joining_a_library_full_of_skills_to_a_remote_full_of_skills_loses_no_fi
         assert host.read("team-only") == skill_text("team-only", "From the team.")
         assert host.read("mine-only") == skill_text("mine-only", "From my laptop.")
         assert host.read("both") == skill_text("both", "The team's version.")
-        assert (host.skills / "notes.txt").read_text() == "my notes\n"
+        assert (host.skills / "README.md").read_text() == "my notes\n"
         assert host.owns("mine-only") and host.owns("team-only")
     [conflict] = report.conflicts
     assert (conflict.skill, conflict.winner) == ("both", "remote")
@@ -214,6 +215,9 @@ def test_joining_a_library_full_of_skills_to_a_remote_full_of_skills_loses_no_fi
     assert old == skill_text("both", "My old version.")
     assert (newcomer.skills / ".usage.json").read_text() == '{"mine-only": {"use_count": 2}}\n'
     assert ".usage.json" not in remote_files(remote)
+    # A file a library may not share (incoming.py) stays where it is, on its host only.
+    assert (newcomer.skills / "notes.txt").read_text() == "not a skill, not shared\n"
+    assert "notes.txt" not in remote_files(remote)
 
 
 def test_an_empty_dir_joined_to_a_team_remote_is_a_clone_of_it(

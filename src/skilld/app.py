@@ -131,6 +131,12 @@ def host_id(configured: str) -> str:
     return (name or "host")[:63]
 
 
+def sync_aside_dir(config: Config) -> Path:
+    """Where a repair moves a library's broken git metadata: the state dir, never the work
+    tree (a join there would commit it)."""
+    return config.state.dir / "sync-aside"
+
+
 def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
     def on_corrupt(copy: Path, reason: str) -> None:
         report_corrupt_usage(state, spec.name, copy, reason)
@@ -141,8 +147,9 @@ def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
 
         try:
             team = TeamRepo(
-                spec.dir, spec.remote, host=host_id(config.sync.host), branch=spec.branch
-            )
+                spec.dir, spec.remote, host=host_id(config.sync.host), branch=spec.branch,
+                aside_dir=sync_aside_dir(config),
+            )  # fmt: skip
         except ValueError as exc:
             raise ConfigError(str(exc), f"libraries.{spec.name}.remote") from None
 

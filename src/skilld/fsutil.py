@@ -1,13 +1,33 @@
-"""Atomic, durable file writes and paths that cannot escape their root.
+"""Atomic, durable file writes, and the trust boundary of a library's tree.
 
 Every file skilld writes goes through `atomic_write`: a temp file created exclusively in the
 target's directory, written, flushed and fsynced, moved over the target with `os.replace`, then
 the directory fsynced. A crash leaves the old file or the new one, never half of one.
+
+The library's tree. A library dir holds files other people control (a teammate's push, a
+cloned repository), so every file skilld reads or writes inside one (skills, `.gitignore`,
+`.skilld/**`, `.usage.json` and its lock, `.archive/` moves) goes through these functions, each
+taking the library root and a path relative to it (`/`-separated):
+
+    read_tree_file(root, relpath)          the bytes of a regular file; None when missing
+    write_tree_file(root, relpath, data)   atomic, durable replace (parent folders created)
+    remove_tree_file(root, relpath)        unlink a file (a missing one is fine)
+    move_in_tree(root, source, target)     os.replace inside the root (archive, restore)
+    list_tree_files(root, relpath)         names of the regular files in a folder
+    is_tree_dir(root, relpath)             it and every folder on the way are real folders
+    tree_path(root, relpath)               the checked Path, for a caller that needs one
+
+Each walks from the root one component at a time with `openat(2)` and `O_NOFOLLOW`: a
+component below the root that is a symbolic link (or not a folder) raises `UnsafePath`, so no
+path resolves outside the root, and a link swapped in between a check and the open cannot
+redirect it. The root itself may be a link (users point skills dirs at dotfile repos).
+A relative path with an empty, `.` or `..` component, a NUL or a newline is refused as well.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -155,6 +175,203 @@ def contained_path(root: Path, *parts: str) -> Path:
             if target != real_root and real_root not in target.parents:
                 raise UnsafePath(f"{root.joinpath(*parts)} is a link out of {root}")
     return candidate
+
+
+# -- the library's tree ----------------------------------------------------------------------
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LINK_ERRORS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
+
+
+def tree_parts(relpath: str) -> list[str]:
+    """`relpath`'s components, refused unless it is a plain relative path below a root."""
+    parts = relpath.split("/") if isinstance(relpath, str) else [""]
+    if any(p in ("", ".", "..") or "\x00" in p or "\n" in p or "\r" in p for p in parts):
+        raise UnsafePath(f"not a path inside a library: {relpath!r}")
+    return parts
+
+
+def tree_path(root: Path, relpath: str) -> Path:
+    """`root/relpath` once every existing component below `root` is known to be a real folder
+    (the last one may be anything but a link). Raises UnsafePath."""
+    parts = tree_parts(relpath)
+    with contextlib.suppress(FileNotFoundError):
+        fd = _open_parent(root, parts, create=False)
+        try:
+            _refuse_link(fd, parts[-1], relpath)
+        finally:
+            os.close(fd)
+    return root.joinpath(*parts)
+
+
+def read_tree_file(root: Path, relpath: str) -> bytes | None:
+    """The bytes of the regular file `root/relpath`, None when it (or a folder on the way) does
+    not exist. Raises UnsafePath for a link on the way or a file that is not a regular one."""
+    parts = tree_parts(relpath)
+    try:
+        parent = _open_parent(root, parts, create=False)
+    except FileNotFoundError:
+        return None
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in _LINK_ERRORS:
+            raise UnsafePath(f"{relpath} is a symbolic link inside {root}") from None
+        raise
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise UnsafePath(f"{relpath} is not a regular file inside {root}")
+        return handle.read()
+
+
+def write_tree_file(
+    root: Path, relpath: str, data: bytes | str, *, mode: int = FILE_MODE, durable: bool = True
+) -> None:
+    """Replace `root/relpath` with `data` atomically (as `atomic_write`), creating the folders
+    on the way. A link on the way raises UnsafePath; a link at the end is replaced, never
+    followed."""
+    parts = tree_parts(relpath)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    parent = _open_parent(root, parts, create=True)
+    try:
+        temp = temp_name(parts[-1])
+        fd = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+            dir_fd=parent,
+        )  # fmt: skip
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(payload)
+                if durable:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            os.replace(temp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp, dir_fd=parent)
+            raise
+        if durable:
+            os.fsync(parent)
+    finally:
+        os.close(parent)
+
+
+def remove_tree_file(root: Path, relpath: str) -> None:
+    """Unlink `root/relpath` (a link itself, never its target); a missing one is fine."""
+    parts = tree_parts(relpath)
+    try:
+        parent = _open_parent(root, parts, create=False)
+    except FileNotFoundError:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def move_in_tree(root: Path, source: str, target: str) -> None:
+    """`os.replace(root/source, root/target)` with both parents checked (the target's created).
+    Neither end may be a link."""
+    source_parts, target_parts = tree_parts(source), tree_parts(target)
+    source_parent = _open_parent(root, source_parts, create=False)
+    try:
+        _refuse_link(source_parent, source_parts[-1], source)
+        target_parent = _open_parent(root, target_parts, create=True)
+        try:
+            _refuse_link(target_parent, target_parts[-1], target)
+            os.replace(
+                source_parts[-1], target_parts[-1],
+                src_dir_fd=source_parent, dst_dir_fd=target_parent,
+            )  # fmt: skip
+            os.fsync(target_parent)
+        finally:
+            os.close(target_parent)
+    finally:
+        os.close(source_parent)
+
+
+def list_tree_files(root: Path, relpath: str) -> list[str]:
+    """The names of the regular files (links left out) in the folder `root/relpath` (`.`: the
+    root), sorted; empty when it does not exist."""
+    parts = [] if relpath == "." else tree_parts(relpath)
+    try:
+        fd = _open_parent(root, [*parts, ""], create=False)
+    except FileNotFoundError:
+        return []
+    try:
+        names = []
+        for name in os.listdir(fd):
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    names.append(name)
+        return sorted(names)
+    finally:
+        os.close(fd)
+
+
+def is_tree_dir(root: Path, relpath: str) -> bool:
+    """True when `root/relpath` exists and it and every folder between it and `root` are real
+    folders (no link, no file): e.g. whether a project's skills dir counts as one."""
+    try:
+        fd = _open_parent(root, [*tree_parts(relpath), ""], create=False)
+    except (FileNotFoundError, UnsafePath):
+        return False
+    os.close(fd)
+    return True
+
+
+def _open_parent(root: Path, parts: list[str], *, create: bool) -> int:
+    """A descriptor of the folder holding `parts[-1]`, walked from `root` without following a
+    link. FileNotFoundError when a folder is missing (and `create` is False; with it the root
+    is created too)."""
+    if create:
+        root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts[:-1]):
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                child = _open_child_dir(fd, part, parts, index)
+            except OSError as exc:
+                if exc.errno in _LINK_ERRORS:
+                    raise _link_on_the_way(root, parts, index) from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_child_dir(fd: int, part: str, parts: list[str], index: int) -> int:
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in _LINK_ERRORS:
+            raise UnsafePath(f"{'/'.join(parts[: index + 1])} is not a plain folder") from None
+        raise
+
+
+def _link_on_the_way(root: Path, parts: list[str], index: int) -> UnsafePath:
+    where = "/".join(parts[: index + 1])
+    return UnsafePath(f"{where} is a symbolic link or not a folder inside {root}")
+
+
+def _refuse_link(parent: int, name: str, relpath: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            raise UnsafePath(f"{relpath} is a symbolic link")
 
 
 def real_subdir(root: Path, parts: tuple[str, ...], *, create: bool = False) -> Path | None:

@@ -63,6 +63,7 @@ EVENT_KINDS = frozenset(
         "synced",
         # an action taken through the web panel (what, on which skill)
         "web",
+        "sync_refused",
     }
 )
 
@@ -440,7 +441,9 @@ class StateDB:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (ts, kind, library, skill, session, source, reason, detail_json),
             )
-        level = "error" if kind in ("error", "usage_corrupt", "conflict") else "info"
+        level = (
+            "error" if kind in ("error", "usage_corrupt", "conflict", "sync_refused") else "info"
+        )
         fields = {
             "library": library,
             "skill": skill,

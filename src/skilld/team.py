@@ -9,6 +9,7 @@ fetches, replays this host's commits onto the remote and pushes; each conflict i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,7 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
         "pulled": report.pulled,
         "ahead": report.ahead,
         "problems": [f"{p.message} (repair: {p.repair})" for p in report.problems],
+        "refused": refused_records(library, report),
     }
     if report.ok:
         status["last_success"] = when
@@ -90,11 +92,38 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
                 source="sync",
                 detail={"pushed": report.pushed, "pulled": report.pulled},
             )
+        for refused in status["refused"]:
+            if refused in (previous.get("refused") or ()):
+                continue  # refused on an earlier round already
+            state.add_event(
+                "sync_refused",
+                library=library.name,
+                source="sync",
+                reason=f"{refused['path']}: {refused['why']} (commit {refused['commit'][:12]})",
+                detail=refused,
+            )
         if not report.ok:
             state.add_event(
                 "error", library=library.name, source="sync", reason=f"sync: {report.error}"
             )
         state.set_meta(meta_key(library.name), status)
+
+
+def refused_records(library: Library, report: SyncReport) -> list[dict[str, str]]:
+    """Why a round did not apply the fetched commit, a path each, for the status and the
+    `sync_refused` events."""
+    team = library.team
+    assert team is not None
+    return [
+        {
+            "commit": refusal.commit,
+            "tip": refusal.tip,
+            "path": refusal.path,
+            "why": refusal.why,
+            "repair": refusal.repair(team.root, team.branch),
+        }
+        for refusal in report.refused
+    ]
 
 
 def _side(host: str | None, winner: str, *, lost: bool = False) -> str:
@@ -122,19 +151,33 @@ def follow_archive_moves(library: Library) -> None:
         library.usage.set_states(moves)
 
 
+def sync_findings(problems: list[str], recorded: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a team library, each with its repair: the work tree's live problems
+    (`problems`, as `sync_status` words them), else the last round's error when no live check
+    explains it (a failed round whose problems a person has repaired since is not one)."""
+    if problems:
+        return list(problems)
+    error = recorded.get("last_error")
+    if not error or recorded.get("problems") or recorded.get("refused"):
+        return []
+    return [f"the last sync failed: {error} (repair: fix that, then run: skilld sync)"]
+
+
 def team_libraries(app: App) -> list[Library]:
     return [library for library in app.libraries.values() if library.team is not None]
 
 
 def sync_status(app: App) -> list[dict[str, Any]]:
     """Per team library: the last successful sync, commits waiting to be pushed, the last
-    error, and problems a person must repair (no network)."""
+    error, the commit the last round refused, problems a person must repair (no network), and
+    `findings`: what `doctor` and `status --check` fail on, each with its repair."""
     rows = []
     for library in team_libraries(app):
         team = library.team
         assert team is not None
         recorded = app.state.get_meta(meta_key(library.name), {})
         status = team.status()
+        problems = [f"{p.message} (repair: {p.repair})" for p in status.problems]
         rows.append(
             {
                 "library": library.name,
@@ -146,7 +189,9 @@ def sync_status(app: App) -> list[dict[str, Any]]:
                 "last_attempt": recorded.get("last_attempt"),
                 "last_error": recorded.get("last_error"),
                 "ahead": status.ahead,
-                "problems": [f"{p.message} (repair: {p.repair})" for p in status.problems],
+                "problems": problems,
+                "refused": recorded.get("refused"),
+                "findings": sync_findings(problems, recorded),
             }
         )
     return rows

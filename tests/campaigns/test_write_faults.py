@@ -52,18 +52,18 @@ import os
 
 import skilld.skills.library as _library
 
-_real_atomic_write = _library.atomic_write
+_real_write_tree_file = _library.write_tree_file
 _flag = os.environ["SKILLD_TEST_DISK_FULL"]
 _root = os.environ["SKILLD_TEST_DISK_ROOT"]
 
 
-def _atomic_write(path, data, **kwargs):
-    if os.path.exists(_flag) and str(path).startswith(_root):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-    return _real_atomic_write(path, data, **kwargs)
+def _write_tree_file(root, relpath, data, **kwargs):
+    if os.path.exists(_flag) and str(root / relpath).startswith(_root):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root / relpath))
+    return _real_write_tree_file(root, relpath, data, **kwargs)
 
 
-_library.atomic_write = _atomic_write
+_library.write_tree_file = _write_tree_file
 """
 
 

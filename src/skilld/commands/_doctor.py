@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.config import SECTIONS, Config, SourceConfig
 from skilld.errors import ConfigError
-from skilld.fsutil import TEMP_MARKER
+from skilld.fsutil import TEMP_MARKER, read_tree_file
 from skilld.routing import AGENTS, default_path, default_sources, resolve
+from skilld.skills.usage import USAGE_FILE
 from skilld.state import StateDB, StateError, process_alive
 
 if TYPE_CHECKING:  # the LLM client (httpx) loads only when doctor probes the endpoint
@@ -101,7 +102,7 @@ def check_libraries(config: Config) -> list[Check]:
             checks.append(Check("library", "fail", f"{label}: {problem}"))
             continue
         checks.append(Check("library", "ok", f"{label}: writable, flock works"))
-        if corrupt := _usage_problem(root / ".usage.json"):
+        if corrupt := _usage_problem(root):
             checks.append(Check("library", "warn", corrupt))
         for kind in dict.fromkeys(fed.get(name, ())):
             expected = AGENTS[kind].dialect if kind in AGENTS else None
@@ -205,12 +206,15 @@ def _inspect_database(path: Path, table: str) -> tuple[Status, str]:
     return "ok", f"readable SQLite database with a {table} table"
 
 
-def _usage_problem(usage: Path) -> str | None:
-    if not usage.exists():
-        return None
+def _usage_problem(root: Path) -> str | None:
+    usage = root / USAGE_FILE
     try:
-        json.loads(usage.read_bytes())
-    except (OSError, ValueError) as exc:
+        # Through the tree guard: a sidecar that is a link is reported, never read.
+        raw = read_tree_file(root, USAGE_FILE)
+        if raw is None:
+            return None
+        json.loads(raw)
+    except (OSError, ValueError) as exc:  # UnsafePath is a ValueError
         return (
             f"{usage} is unreadable or corrupt ({exc}); the daemon will copy it aside and "
             "rebuild it from what it can recover"
@@ -408,19 +412,22 @@ def check_team_libraries(config: Config) -> list[Check]:
         return []  # check_libraries reports it
     if not specs:
         return []
-    from skilld.app import host_id
+    from skilld.app import host_id, sync_aside_dir
     from skilld.sync import GitMissing, TeamRepo, git_version
+    from skilld.team import meta_key, sync_findings
 
     try:
         version = git_version()
     except GitMissing as exc:
         return [Check("sync", "fail", f"{exc}; team libraries need the git command-line client")]
     checks = [Check("sync", "ok", f"{version}; host id {host_id(config.sync.host)}")]
+    recorded = recorded_sync_rounds(config, [meta_key(spec.name) for spec in specs])
     for spec in specs:
         try:
             team = TeamRepo(
-                spec.dir, spec.remote or "", host=host_id(config.sync.host), branch=spec.branch
-            )
+                spec.dir, spec.remote or "", host=host_id(config.sync.host), branch=spec.branch,
+                aside_dir=sync_aside_dir(config),
+            )  # fmt: skip
             status = team.status()
         except (ValueError, OSError) as exc:
             checks.append(Check("sync", "fail", f"{spec.name}: {exc}"))
@@ -429,14 +436,27 @@ def check_team_libraries(config: Config) -> list[Check]:
             checks.append(
                 Check("sync", "ok", f"{spec.name}: joins {team.remote} at its first sync")
             )
-        for problem in status.problems:
-            checks.append(
-                Check("sync", "fail", f"{spec.name}: {problem.message}; repair: {problem.repair}")
-            )
-        if status.set_up and not status.problems:
+        live = [f"{p.message} (repair: {p.repair})" for p in status.problems]
+        findings = sync_findings(live, recorded.get(meta_key(spec.name), {}))
+        for finding in findings:
+            message, _, repair = finding.rpartition(" (repair: ")
+            checks.append(Check("sync", "fail", f"{spec.name}: {message}; repair: {repair[:-1]}"))
+        if status.set_up and not findings:
             ahead = f", {status.ahead} commits to push" if status.ahead else ""
             checks.append(Check("sync", "ok", f"{spec.name}: work tree of {team.remote}{ahead}"))
     return checks
+
+
+def recorded_sync_rounds(config: Config, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """What the last sync round of each library recorded in state.db (none yet: empty)."""
+    path = config.state.dir / "state.db"
+    if not path.exists():
+        return {}
+    try:
+        with StateDB(path) as state:
+            return {key: state.get_meta(key, {}) for key in keys}
+    except (StateError, sqlite3.Error):
+        return {}  # check_state reports it
 
 
 def check_guidance(config: Config) -> list[Check]:

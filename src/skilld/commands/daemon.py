@@ -119,10 +119,19 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")
         print(f"source errors  {report['source_errors_total']} in the last tick")
+    troubles = sync_troubles(report["sync"]) if args.check else []
+    for trouble in troubles:
+        print(f"skilld: sync {trouble}", file=sys.stderr)
     if args.check and daemon_stale(report):
         print("skilld: no daemon is running (no heartbeat within three intervals)", file=sys.stderr)
         return 1
-    return 0
+    return 1 if troubles else 0
+
+
+def sync_troubles(rows: list[dict[str, Any]]) -> list[str]:
+    """For `status --check`: each team library's problem or failed last round, with its repair
+    (what `doctor` fails on too)."""
+    return [f"{row['library']}: {finding}" for row in rows for finding in row["findings"]]
 
 
 # -- review ----------------------------------------------------------------------------------
@@ -157,7 +166,9 @@ def _run_parser(parser: Parser) -> None:
 def _status_parser(parser: Parser) -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 if the heartbeat is older than 3 intervals"
+        "--check",
+        action="store_true",
+        help="exit 1 if the heartbeat is older than 3 intervals or a team library cannot sync",
     )
     parser.set_defaults(handler=cmd_status)
 

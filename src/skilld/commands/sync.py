@@ -32,6 +32,7 @@ def cmd_sync(app: App, args: argparse.Namespace) -> int:
             "pushed": report.pushed,
             "pulled": report.pulled,
             "conflicts": [conflict.skill for conflict in report.conflicts],
+            "refused": [{"path": r.path, "why": r.why, "commit": r.commit} for r in report.refused],
             "ahead": report.ahead,
             "problems": problems,
         }

@@ -5,7 +5,7 @@ from skilld import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(["ConsolidationReport", "consolidate"], "consolidate"),
-    **dict.fromkeys(["CURATOR", "LifecycleReport", "run_lifecycle"], "passes"),
+    **dict.fromkeys(["CURATOR", "LifecycleReport", "read_last_run", "run_lifecycle"], "passes"),
     **dict.fromkeys(["CuratorRun", "ScheduledCurator", "curate", "utc_now"], "schedule"),
 }
 __all__ = sorted(_EXPORTS)

@@ -20,7 +20,9 @@ _EXPORTS = {
         ],
         "replay",
     ),
-    **dict.fromkeys(["TickReport", "WindowRecord"], "report"),
+    **dict.fromkeys(
+        ["DAILY_SPEND_DAYS", "DAILY_SPEND_KEY", "TickReport", "WindowRecord"], "report"
+    ),
     **dict.fromkeys(["ReviewQueue", "Staged"], "review"),
     **dict.fromkeys(["risky_patterns"], "safety"),
     **dict.fromkeys(["SPEND_KEY", "Evolver"], "supervisor"),

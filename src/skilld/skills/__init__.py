@@ -12,6 +12,7 @@ _EXPORTS = {
             "InvalidSkill",
             "SkillDoc",
             "SkillParseError",
+            "neutralise_file",
             "parse_skill",
             "render_skill",
             "same_text",
@@ -19,7 +20,7 @@ _EXPORTS = {
         ],
         "document",
     ),
-    **dict.fromkeys(["SKILL_FILE", "find_skill_file"], "layout"),
+    **dict.fromkeys(["ARCHIVE_DIR", "SKILL_FILE", "find_skill_file"], "layout"),
     **dict.fromkeys(
         [
             "BUNDLED_MANIFEST",
@@ -35,7 +36,15 @@ _EXPORTS = {
         "library",
     ),
     **dict.fromkeys(
-        ["InvalidName", "apply_prefix", "form_of", "is_safe_path_component", "validate_name"],
+        [
+            "MAX_NAME_LENGTH",
+            "NAME_PATTERN",
+            "InvalidName",
+            "apply_prefix",
+            "form_of",
+            "is_safe_path_component",
+            "validate_name",
+        ],
         "names",
     ),
     **dict.fromkeys(

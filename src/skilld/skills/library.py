@@ -30,7 +30,17 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from skilld.digest import sha256_hex
 from skilld.errors import LibraryError, NotFound, Protected
-from skilld.fsutil import FILE_MODE, UnsafePath, atomic_write, contained_path, remove_stray_temps
+from skilld.fsutil import (
+    FILE_MODE,
+    UnsafePath,
+    atomic_write,
+    contained_path,
+    move_in_tree,
+    read_tree_file,
+    remove_stray_temps,
+    remove_tree_file,
+    write_tree_file,
+)
 from skilld.log import get_logger
 from skilld.routing import LibrarySpec, require_real_project_dir
 from skilld.skills.document import (
@@ -44,7 +54,14 @@ from skilld.skills.document import (
     validate_skill,
 )
 from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
-from skilld.skills.names import InvalidName, form_of, is_safe_path_component, validate_name
+from skilld.skills.names import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    InvalidName,
+    form_of,
+    is_safe_path_component,
+    validate_name,
+)
 from skilld.skills.usage import Record, UsageStore, new_record
 
 if TYPE_CHECKING:
@@ -56,7 +73,7 @@ Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
 
 BUNDLED_MANIFEST = ".bundled_manifest"
-HUB_LOCK = Path(".hub") / "lock.json"
+HUB_LOCK = ".hub/lock.json"
 #: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
 USER_RANK = 400
 EXTRA_RANK = 100
@@ -438,7 +455,7 @@ class Library:
                 continue  # .archive, .hub, .usage.json, .skilld, temp files
             if child.is_dir():
                 dirs[child.name] = child
-            elif child.name.endswith(".md") and child.is_file() and folder == root:
+            elif folder == root and self._is_flat_skill(child):
                 flats[child.name[:-3]] = child
         for name, child in dirs.items():
             if name in flats:
@@ -466,6 +483,18 @@ class Library:
                 )  # fmt: skip
                 if entry is not None:
                     yield entry
+
+    def _is_flat_skill(self, child: _Child) -> bool:
+        """A top-level file is a skill only as `<name>.md` with `<name>` a valid skill name
+        (so never README.md, LICENSE or CHANGELOG.md), and only where an agent loads such
+        files: DSH (its dialect) or a flat library. Claude Code, Codex and Hermes load
+        `<name>/SKILL.md` only."""
+        stem = child.name.removesuffix(".md")
+        if stem == child.name or not (self.layout == "flat" or self.dialect == "dsh"):
+            return False
+        return (
+            len(stem) <= MAX_NAME_LENGTH and bool(NAME_PATTERN.fullmatch(stem)) and child.is_file()
+        )
 
     def _load(
         self,
@@ -603,16 +632,16 @@ class Library:
 
     def _bundled_names(self) -> set[str]:
         try:
-            text = (self.root / BUNDLED_MANIFEST).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            text = (read_tree_file(self.root, BUNDLED_MANIFEST) or b"").decode("utf-8")
+        except (OSError, UnsafePath, UnicodeDecodeError):
             return set()
         names = (line.split(":", 1)[0].strip() for line in text.splitlines())
         return {name for name in names if name and not name.startswith("#")}
 
     def _hub_names(self) -> set[str]:
         try:
-            data = json.loads((self.root / HUB_LOCK).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(read_tree_file(self.root, HUB_LOCK) or b"{}")
+        except (OSError, ValueError):  # UnsafePath is a ValueError
             return set()
         installed = data.get("installed") if isinstance(data, dict) else None
         return set(installed) if isinstance(installed, dict) else set()
@@ -809,9 +838,12 @@ class Library:
             git=origin.git.as_json() if origin.git else None,
         )
         with self._recorded(event, name, origin, [path], path, digest):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, data)
+            write_tree_file(self.root, self._relpath(path), data)
         return digest
+
+    def _relpath(self, path: Path) -> str:
+        """`path` (built from the root) relative to it, for the tree guard (fsutil)."""
+        return path.relative_to(self.root).as_posix()
 
     def _ensure_record(self, name: str) -> None:
         """A created skill's usage record: curator-managed, and active even when the name was
@@ -939,7 +971,7 @@ class Library:
             self._save_history(entry.name, entry.path)
             kept: tuple[str, ...] = ()
             with self._recorded("deleted", entry.name, origin, [entry.path], None):
-                entry.path.unlink()
+                remove_tree_file(self.root, self._relpath(entry.path))
                 if entry.layout == "dir":
                     folder = entry.path.parent
                     kept = tuple(
@@ -1021,7 +1053,7 @@ class Library:
             with self._recorded(
                 "archived", entry.name, origin, [source, target], archived_file, entry.sha256
             ):
-                os.replace(source, target)
+                move_in_tree(self.root, self._relpath(source), self._relpath(target))
             if mark_usage:
                 archived_at = datetime.fromtimestamp(self._clock(), UTC)
                 self.usage.set_state(entry.name, "archived", archived_at=archived_at)
@@ -1085,7 +1117,7 @@ class Library:
             with self._recorded(
                 "restored", name, origin, [source, target], skill_file if ours else None, ours
             ):
-                os.replace(source, target)
+                move_in_tree(self.root, self._relpath(source), self._relpath(target))
             self.usage.restore(name)
             with self.state.transaction():
                 # The hash recorded at archive time stays: a copy edited inside the archive
@@ -1105,9 +1137,8 @@ class Library:
     def _save_history(self, name: str, path: Path) -> None:
         if self.history_keep == 0:
             return
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        data = read_tree_file(self.root, self._relpath(path))
+        if data is None:
             return
         digest = sha256_hex(data)[:12]
         saved = self._saved_versions(name)

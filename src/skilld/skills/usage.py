@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, TypeVar, get_args
 
-from skilld.fsutil import fsync_dir
+from skilld.fsutil import fsync_dir, read_tree_file
 from skilld.log import get_logger
 
 USAGE_FILE: Final = ".usage.json"
@@ -418,9 +418,10 @@ class UsageStore:
 
     def _load(self) -> tuple[bytes | None, Decoded]:
         """The file's bytes (None if missing) and contents; a corrupt file is rebuilt first."""
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        # Through the tree guard: a `.usage.json` that is a link (into another agent's library,
+        # or a key) is refused, never read.
+        raw = read_tree_file(self.skills_dir, USAGE_FILE)
+        if raw is None:
             return None, Decoded({}, {})
         decoded = decode_usage(raw)
         if decoded.problem is None:

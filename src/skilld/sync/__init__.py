@@ -8,16 +8,18 @@ The flow, as the daemon and the Library drive it:
   [relpath], manifest={name: ManifestEntry(relpath, sha256)}): <write the file>`;
 * ownership, team-wide: `repo.manifest().owns(name, sha256)`;
 * every `[sync] interval_seconds` and on `skilld sync`: `report = repo.sync(usage=records)`;
-  one `conflict` event per `report.conflicts`; exit 1 when `not report.ok`;
+  one `conflict` event per `report.conflicts`, one `sync_refused` per `report.refused` (a
+  fetched commit holding what a library may not: incoming.py); exit 1 when `not report.ok`;
 * usage for `skills list`/`show` and the curator: `repo.team_usage(usage_store.read())`;
 * `skills history`/`rollback`: `repo.file_versions(relpath)`, `repo.read_version(commit,
   relpath)`;
-* `status`/`doctor`: `repo.status()` (ahead count, problems with repair commands),
-  `git_version()`/`find_git()`.
+* `status`/`doctor`: `repo.status()` (ahead count, problems with repair commands, a refused
+  or rewritten remote as the last fetch left it), `git_version()`/`find_git()`.
 """
 
 from skilld.sync.git import GitError, GitMissing, GitTimeout, find_git, git_version
 from skilld.sync.health import Problem
+from skilld.sync.incoming import Refusal
 from skilld.sync.layout import HOST_LOCAL_PATTERNS, MANIFEST_PATH, InvalidHost, usage_path
 from skilld.sync.manifest import Manifest, ManifestEntry, ManifestError
 from skilld.sync.messages import change_message
@@ -45,6 +47,7 @@ __all__ = [
     "ManifestEntry",
     "ManifestError",
     "Problem",
+    "Refusal",
     "SetupResult",
     "SyncReport",
     "SyncStatus",

@@ -2,9 +2,10 @@
 
 skilld never repairs these itself: each one can hold a person's work (a detached HEAD with
 commits, a half-done rebase, another remote on purpose), so it stops syncing, says what it
-found, and gives the exact command. `rejoin` moves the git metadata aside and lets the next
-`skilld sync` join the library to the remote afresh: every file of the work tree is kept, the
-remote's history is taken as it is, and the old metadata stays on disk.
+found, and gives the exact command. `rejoin` moves the git metadata aside, out of the work tree
+(under the state dir: never where a join could stage it), and lets the next `skilld sync` join
+the library to the remote afresh: every file of the work tree is kept, the remote's history is
+taken as it is, and the old metadata stays on disk.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _IN_PROGRESS = (
 @dataclass(frozen=True, slots=True)
 class Problem:
     code: str  # not-a-repository, detached-head, wrong-branch, in-progress, no-remote,
-    #            wrong-remote, unrelated-history, remote-rewritten, live-shell-trigger
+    #            wrong-remote, unrelated-history, remote-rewritten, refused
     message: str
     repair: str  # a shell command
 
@@ -41,14 +42,16 @@ def git_command(root: Path, *args: str) -> str:
     return shlex.join(["git", "-C", str(root), *args])
 
 
-def rejoin_command(root: Path) -> str:
+def rejoin_command(root: Path, aside: Path) -> str:
+    """Move `root/.git` into a new folder under `aside` (each repair its own), then sync."""
     git_dir = shlex.quote(str(root / ".git"))
-    aside = shlex.quote(str(root / ".git.skilld-aside"))
-    return f"mv {git_dir} {aside} && skilld sync"
+    folder = shlex.quote(str(aside))
+    template = shlex.quote(str(aside / f"{root.name}.XXXXXX"))
+    return f'mkdir -p {folder} && mv {git_dir} "$(mktemp -d {template})" && skilld sync'
 
 
 def diagnose(
-    git: Git, root: Path, *, branch: str, remote: str, history: bool = True
+    git: Git, root: Path, *, branch: str, remote: str, aside: Path, history: bool = True
 ) -> list[Problem]:
     """The problems of an existing work tree (no network); empty when it can sync.
 
@@ -61,7 +64,7 @@ def diagnose(
             Problem(
                 "not-a-repository",
                 f"{root}/.git is not a usable git repository ({exc.reason})",
-                rejoin_command(root),
+                rejoin_command(root, aside),
             )
         ]
     problems: list[Problem] = []
@@ -91,32 +94,20 @@ def diagnose(
         message = f"{root} syncs with {url}, but the config says {remote}"
         found("wrong-remote", message, "remote", "set-url", "origin", remote)
     if history and head and _unrelated(git, tracking_ref(branch)):
-        problems.append(unrelated_history(root, branch))
+        problems.append(unrelated_history(root, branch, aside))
     return problems
 
 
-def unrelated_history(root: Path, branch: str) -> Problem:
+def unrelated_history(root: Path, branch: str, aside: Path) -> Problem:
     return Problem(
         "unrelated-history",
         f"the history of {root} shares no commit with the remote's {branch}",
-        rejoin_command(root),
+        rejoin_command(root, aside),
     )
 
 
-def remote_rewritten(root: Path, reason: str) -> Problem:
-    return Problem("remote-rewritten", reason, rejoin_command(root))
-
-
-def live_shell_trigger(root: Path, commit: str, path: str) -> Problem:
-    """The remote brings a skill file an agent would run a command from as it loads it."""
-    return Problem(
-        "live-shell-trigger",
-        f"the remote's commit {commit[:12]} brings {path} with a load-time shell trigger "
-        "(!`command` or a ```! fence) that an agent would run as it loads the skill; "
-        f"{root} stays at its last good commit",
-        f"{git_command(root, 'show', f'{commit}:{path}')}  # then put a space after the ! on "
-        "the remote, and run: skilld sync",
-    )
+def remote_rewritten(root: Path, reason: str, aside: Path) -> Problem:
+    return Problem("remote-rewritten", reason, rejoin_command(root, aside))
 
 
 def _unrelated(git: Git, tracking: str) -> bool:

@@ -8,8 +8,9 @@
     .usage.json .usage.json.lock .usage.journal .usage.json.corrupt-* .usage.json.tmp*
     and every temp file of an atomic write (`*.skilld-tmp-*`)
 
-Whatever `git add` staged of the host-local patterns is unstaged before every commit skilld
-makes, so a person who rewrites `.gitignore` cannot make skilld commit them.
+Whatever `git add` staged of the host-local patterns (and of anything else a library may not
+hold: incoming.py) is unstaged before every commit skilld makes, so a person who rewrites
+`.gitignore` cannot make skilld commit them.
 """
 
 from __future__ import annotations
@@ -40,11 +41,6 @@ HOST_LOCAL_PATTERNS: Final[tuple[str, ...]] = (
 #: Pathspecs that keep host-local files out of `git status`, whatever `.gitignore` says.
 EXCLUDE_HOST_LOCAL: Final[tuple[str, ...]] = tuple(
     f":(exclude,glob)**/{pattern}" for pattern in HOST_LOCAL_PATTERNS
-)
-#: Pathspecs that match only host-local files: what `git add` staged of them is unstaged again
-#: (an exclude pathspec given to `git add` itself makes git 2.39 skip a file in a new folder).
-ONLY_HOST_LOCAL: Final[tuple[str, ...]] = tuple(
-    f":(glob)**/{pattern}" for pattern in HOST_LOCAL_PATTERNS
 )
 
 _BLOCK_START = (

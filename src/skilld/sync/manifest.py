@@ -22,7 +22,6 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from skilld.skills.names import is_safe_path_component
@@ -98,18 +97,6 @@ def render_manifest(manifest: Manifest) -> bytes:
     body = ",\n".join(lines)
     skills = "{\n" + body + "\n  }" if lines else "{}"
     return f'{{\n  "version": {VERSION},\n  "skills": {skills}\n}}\n'.encode()
-
-
-def read_manifest(root: Path) -> Manifest:
-    """The manifest in the work tree at `root`; empty when there is none yet.
-
-    Raises ManifestError when the file is not a manifest (a bad hand edit): the caller must
-    then treat every skill as not skilld's rather than guess."""
-    try:
-        data = (root / MANIFEST_PATH).read_bytes()
-    except FileNotFoundError:
-        return Manifest()
-    return parse_manifest(data)
 
 
 def merge_manifests(

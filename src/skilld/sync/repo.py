@@ -5,7 +5,7 @@ Integration (the Library and the daemon call these; see the package docstring fo
     repo = TeamRepo(skills_dir, remote, branch="main", host="laptop")
     repo.setup(managed={...})                 # at start-up: init/join, .gitignore; no network
     with repo.change(message, [relpath], manifest={name: ManifestEntry(relpath, sha)}):
-        atomic_write(skills_dir / relpath, data)   # one commit per change skilld makes
+        write_tree_file(skills_dir, relpath, data)  # one commit per change skilld makes
     report = repo.sync(usage=usage_store.read())   # every interval and on `skilld sync`
 
 Concurrency. Every change to the work tree or the branch (a change, a round's commits, the
@@ -35,22 +35,33 @@ from pathlib import Path
 from typing import Any, Literal
 
 from skilld.digest import sha256_hex
-from skilld.fsutil import atomic_write
+from skilld.fsutil import (
+    UnsafePath,
+    list_tree_files,
+    read_tree_file,
+    remove_tree_file,
+    tree_path,
+    write_tree_file,
+)
 from skilld.log import get_logger
 from skilld.skills.document import neutralise_file
 from skilld.sync.git import Git, GitError, find_git
-from skilld.sync.health import (
-    Problem,
-    diagnose,
-    live_shell_trigger,
-    remote_rewritten,
-    unrelated_history,
+from skilld.sync.health import Problem, diagnose, remote_rewritten, unrelated_history
+from skilld.sync.incoming import (
+    LIVE_TRIGGER,
+    MAX_FILE_BYTES,
+    Refusal,
+    check_tree,
+    entry_problem,
+    neutralise_attributes,
+    path_problem,
+    refusal,
+    shown,
 )
 from skilld.sync.layout import (
     EXCLUDE_HOST_LOCAL,
     GITIGNORE,
     MANIFEST_PATH,
-    ONLY_HOST_LOCAL,
     SKILL_FILE,
     USAGE_DIR,
     check_host,
@@ -63,13 +74,13 @@ from skilld.sync.manifest import (
     ManifestEntry,
     ManifestError,
     parse_manifest,
-    read_manifest,
     render_manifest,
 )
 from skilld.sync.messages import GITIGNORE as GITIGNORE_EVENT
 from skilld.sync.messages import HAND_EDIT, JOINED, RECOVERED, USAGE, change_message
 from skilld.sync.objects import diff_trees, is_ancestor, read_objects
 from skilld.sync.remote import (
+    FETCHED_REF,
     RemoteRewritten,
     check_branch,
     fetch_branch,
@@ -137,6 +148,9 @@ class SyncReport:
     problems: tuple[Problem, ...]  # set when the work tree needs a person (see health.py)
     started_at: float
     finished_at: float
+    #: Why the fetched commit was not applied, a path each (incoming.py); `error` names the
+    #: first and how many more.
+    refused: tuple[Refusal, ...] = ()
 
 
 @dataclass(slots=True)
@@ -153,12 +167,10 @@ class _Unrelated(Exception):
     """The branch and the remote's share no commit, though this host synced before."""
 
 
-class _LiveTrigger(Exception):
-    """The remote's commit brings a skill file with a load-time shell trigger."""
-
-    def __init__(self, commit: str, path: str) -> None:
-        super().__init__(path)
-        self.commit, self.path = commit, path
+class _Refused(Exception):
+    def __init__(self, refusals: list[Refusal]) -> None:
+        super().__init__(str(refusals[0]))
+        self.refusals = tuple(refusals)
 
 
 class TeamRepo:
@@ -176,9 +188,15 @@ class TeamRepo:
         max_push_attempts: int = 5,
         retry_pause: float = 0.25,
         retry_pause_limit: float = 30.0,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        aside_dir: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
+        #: Where a repair moves broken git metadata: never inside the work tree, where a join
+        #: would see it. The app passes `<state>/sync-aside`.
+        self.aside_dir = aside_dir or root.parent / f".{root.name}.skilld-aside"
+        self.max_file_bytes = max_file_bytes
         self.remote = normalise_remote(remote)
         self.host = check_host(host)
         self.branch = check_branch(branch)
@@ -222,6 +240,7 @@ class TeamRepo:
             problems = tuple(self.diagnose())
         if problems:
             return SetupResult(action, (), problems)
+        neutralise_attributes(self._git_dir())
         with self.lock():
             if self._head() is None:
                 commit = self._join_commit(managed or {})
@@ -235,8 +254,9 @@ class TeamRepo:
         if not self.is_set_up:
             return []
         return diagnose(
-            self.git, self.root, branch=self.branch, remote=self.remote, history=history
-        )
+            self.git, self.root, branch=self.branch, remote=self.remote, history=history,
+            aside=self.aside_dir,
+        )  # fmt: skip
 
     def status(self) -> SyncStatus:
         if not self.is_set_up:
@@ -244,7 +264,41 @@ class TeamRepo:
         problems = tuple(self.diagnose())
         if any(p.code == "not-a-repository" for p in problems):
             return SyncStatus(True, None, 0, problems)
+        if not problems:
+            problems = tuple(self._fetched_problems())
         return SyncStatus(True, self._head(), self._ahead(), problems)
+
+    def _fetched_problems(self) -> list[Problem]:
+        """What the last fetch found that is still in the way, read from the refs it left (no
+        network): a rewritten remote, or a commit refused (incoming.py)."""
+        fetched = self._resolve(FETCHED_REF)
+        if fetched is None:
+            return []
+        since = self._resolve(tracking_ref(self.branch))
+        if since is not None and not is_ancestor(self.git, since, fetched):
+            if is_ancestor(self.git, fetched, since):
+                return []  # the fetch was integrated and pushed over since
+            reason = (
+                f"the remote's {self.branch} was rewritten (force-pushed) since the last sync: "
+                f"it no longer contains {since[:12]}"
+            )
+            return [remote_rewritten(self.root, reason, self.aside_dir)]
+        since = since or self._head()  # never synced: the join
+        if since is None or fetched == since or is_ancestor(self.git, fetched, since):
+            return []
+        refusals = check_tree(self.git, fetched, since=since, limit=self.max_file_bytes)
+        return [
+            Problem(
+                "refused",
+                f"{refusal} (commit {refusal.commit[:12]} of the remote's {self.branch})",
+                refusal.repair(self.root, self.branch),
+            )
+            for refusal in refusals
+        ]
+
+    def _resolve(self, ref: str) -> str | None:
+        result = self.git.run("rev-parse", "--quiet", "--verify", f"{ref}^{{commit}}", check=False)
+        return result.line or None
 
     # -- changes -----------------------------------------------------------------------------
 
@@ -282,7 +336,7 @@ class TeamRepo:
         and nothing is committed. A git failure after the block does not raise: the outcome
         says so, and the files stay for the next round to commit."""
         with self.lock():
-            previous = _read_or_none(self.root / MANIFEST_PATH)
+            previous = read_tree_file(self.root, MANIFEST_PATH)
             if manifest:
                 self._write_manifest(self._work_manifest().changed(manifest))
             outcome = ChangeOutcome()
@@ -344,18 +398,24 @@ class TeamRepo:
         """The manifest in the work tree (what every host's skilld wrote, as last synced plus
         this host's changes). Raises ManifestError when a person broke it: treat every skill
         as not skilld's until the next change rewrites it."""
-        return read_manifest(self.root)
+        return self._read_manifest()
 
     def team_usage(self, local: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         """This host's usage records with every other host's published counters added."""
         others = []
-        for file in sorted((self.root / USAGE_DIR).glob("*.json")):
-            if file.stem == self.host:
+        try:
+            names = list_tree_files(self.root, USAGE_DIR)
+        except (OSError, UnsafePath) as exc:
+            self._log.warning("sync_usage_unreadable", path=USAGE_DIR, error=str(exc))
+            names = []
+        for name in names:
+            if not name.endswith(".json") or name == f"{self.host}.json":
                 continue
+            relpath = f"{USAGE_DIR}/{name}"
             try:
-                others.append(parse_host_usage(file.read_bytes()))
-            except (OSError, UsageFileError) as exc:
-                self._log.warning("sync_usage_unreadable", path=str(file), error=str(exc))
+                others.append(parse_host_usage(read_tree_file(self.root, relpath) or b""))
+            except (OSError, UnsafePath, UsageFileError) as exc:
+                self._log.warning("sync_usage_unreadable", path=relpath, error=str(exc))
         return sum_usage(local, others)
 
     def file_versions(self, relpath: str) -> list[Version]:
@@ -409,14 +469,19 @@ class TeamRepo:
                             progress.committed.append(commit)
                 return self._rounds(progress)
         except RemoteRewritten as exc:
-            return self._report(progress, problems=(remote_rewritten(self.root, exc.reason),))
-        except _Unrelated:
-            return self._report(progress, problems=(unrelated_history(self.root, self.branch),))
-        except _LiveTrigger as exc:
-            problem = live_shell_trigger(self.root, exc.commit, exc.path)
+            problem = remote_rewritten(self.root, exc.reason, self.aside_dir)
             return self._report(progress, problems=(problem,))
+        except _Unrelated:
+            problem = unrelated_history(self.root, self.branch, self.aside_dir)
+            return self._report(progress, problems=(problem,))
+        except _Refused as exc:
+            first, more = exc.refusals[0], len(exc.refusals) - 1
+            error = f"{first} (and {more} more)" if more else str(first)
+            return self._report(progress, error=error, refused=exc.refusals)
         except GitError as exc:
             return self._report(progress, error=exc.reason)
+        except UnsafePath as exc:  # a link a person put in the work tree
+            return self._report(progress, error=f"refused: {exc}")
         except OSError as exc:  # the work tree itself: a full disk, a permission
             return self._report(progress, error=f"{exc.strerror or exc}: {exc.filename}")
 
@@ -435,6 +500,8 @@ class TeamRepo:
             with self.lock():
                 progress.committed += self._commit_leftovers()
                 head = self._head()
+                if fetched.tip is not None and fetched.tip != fetched.previous:
+                    self._check_incoming(fetched.tip, since=fetched.previous or head)
                 if head is not None and fetched.tip is not None:
                     head = self._integrate(head, fetched.tip, fetched.previous, progress)
                     if fetched.tip != fetched.previous:
@@ -459,7 +526,6 @@ class TeamRepo:
         remote state this host integrated last (None: never synced)."""
         if is_ancestor(self.git, remote_tip, head):
             return head
-        self._refuse_live_triggers(head, remote_tip)
         if is_ancestor(self.git, head, remote_tip):
             progress.pulled += self._count(remote_tip, excluding=head)
             self._move_branch(head, remote_tip)
@@ -476,19 +542,35 @@ class TeamRepo:
         self._move_branch(head, result.tip)
         return result.tip
 
-    def _refuse_live_triggers(self, head: str, remote_tip: str) -> None:
+    def _check_incoming(self, tip: str, *, since: str | None) -> None:
+        """Raise _Refused when the fetched `tip` holds what a library may not (incoming.py):
+        then nothing moves, and the work tree stays at its last good commit."""
+        neutralise_attributes(self._git_dir())
+        refusals = check_tree(self.git, tip, since=since, limit=self.max_file_bytes)
+        refusals += self._live_triggers(tip, since, {r.path for r in refusals})
+        if refusals:
+            for refusal in refusals:
+                self._log.warning("sync_refused", root=str(self.root), commit=refusal.commit,
+                                  path=refusal.path, why=refusal.why)  # fmt: skip
+            raise _Refused(refusals)
+
+    def _live_triggers(self, tip: str, since: str | None, refused: set[str]) -> list[Refusal]:
         """No skill the remote brings may run anything as an agent loads it (docs/security.md):
-        a teammate's file, or one an older skilld wrote, with a load-time shell trigger keeps
-        the library at its last good commit. skilld does not rewrite it: it is not its own."""
-        base = self.git.run("merge-base", head, remote_tip, check=False).line or None
+        a teammate's file, or one an older skilld wrote, with a load-time shell trigger is
+        refused like any path a library may not hold. skilld does not rewrite it: it is not
+        its own."""
         brought = {
             change.new[1]: change.path
-            for change in diff_trees(self.git, [(remote_tip, base)]).get(remote_tip, [])
-            if change.new is not None and skill_name_of_path(change.path) is not None
+            for change in diff_trees(self.git, [(tip, since)]).get(tip, [])
+            if change.new is not None
+            and change.path not in refused
+            and skill_name_of_path(change.path) is not None
         }
-        for object_id, data in sorted(read_objects(self.git, brought).items()):
-            if neutralise_file(data) != data:
-                raise _LiveTrigger(remote_tip, brought[object_id])
+        return [
+            refusal(self.git, tip, since, brought[object_id], LIVE_TRIGGER)
+            for object_id, data in sorted(read_objects(self.git, brought).items())
+            if neutralise_file(data) != data
+        ]
 
     def _move_branch(self, head: str, target: str) -> None:
         """Move the branch and the work tree from `head` to `target`. `reset --keep` refuses
@@ -498,7 +580,12 @@ class TeamRepo:
         self.git.run("reset", "--quiet", "--keep", target)
 
     def _report(
-        self, progress: _Round, *, error: str | None = None, problems: tuple[Problem, ...] = ()
+        self,
+        progress: _Round,
+        *,
+        error: str | None = None,
+        problems: tuple[Problem, ...] = (),
+        refused: tuple[Refusal, ...] = (),
     ) -> SyncReport:
         if problems and error is None:
             error = str(problems[0])
@@ -519,6 +606,7 @@ class TeamRepo:
             problems=problems,
             started_at=progress.started_at,
             finished_at=self._clock(),
+            refused=refused,
         )
         if error:
             self._log.warning("sync_failed", root=str(self.root), error=error)
@@ -529,11 +617,9 @@ class TeamRepo:
     def _publish_usage(self, records: Mapping[str, Mapping[str, Any]]) -> str | None:
         relpath = usage_path(self.host)
         data = render_host_usage(self.host, records)
-        path = self.root / relpath
-        if _read_or_none(path) == data:
+        if read_tree_file(self.root, relpath) == data:
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data)
+        write_tree_file(self.root, relpath, data)
         subject = f"usage of {self.host}"
         return self.commit(change_message(USAGE, None, host=self.host, subject=subject), [relpath])
 
@@ -546,16 +632,16 @@ class TeamRepo:
             return []
         head_manifest = self._manifest_at("HEAD")
         try:
-            work_manifest = read_manifest(self.root)
+            work_manifest = self._read_manifest()
         except ManifestError as exc:
             self._log.warning("sync_manifest_unreadable", error=str(exc))
             work_manifest = head_manifest
         accepted = self._accepted_entries(head_manifest, work_manifest)
         settled = head_manifest.changed(accepted)
         ours = {p for p in changed if self._is_skillds(p, accepted, head_manifest)}
-        manifest_file = self.root / MANIFEST_PATH
-        if settled.skills or manifest_file.exists():
-            if _read_or_none(manifest_file) != render_manifest(settled):
+        current = read_tree_file(self.root, MANIFEST_PATH)
+        if settled.skills or current is not None:
+            if current != render_manifest(settled):
                 self._write_manifest(settled)
             ours.add(MANIFEST_PATH)
         commits = []
@@ -586,9 +672,9 @@ class TeamRepo:
             if before == after:
                 continue
             if after is None:
-                if before is not None and not (self.root / before.path).exists():
+                if before is not None and not self._exists(before.path):
                     accepted[name] = None
-            elif _sha256_of(self.root / after.path) == after.sha256:
+            elif self._sha256_of(after.path) == after.sha256:
                 accepted[name] = after
         return accepted
 
@@ -609,11 +695,14 @@ class TeamRepo:
         seeded = {
             name: entry
             for name, entry in managed.items()
-            if _sha256_of(self.root / entry.path) == entry.sha256
+            if self._sha256_of(entry.path) == entry.sha256
         }
         if seeded:
             self._write_manifest(self._work_manifest().changed(seeded))
-        self._stage(["."])
+        # By name, never `.`: only what a library may hold (incoming.py) joins the history.
+        paths = self._shareable(self._changed_paths())
+        if paths:
+            self._stage(_literal(paths))
         message = change_message(JOINED, None, host=self.host, subject=f"library of {self.host}")
         self.git.run("commit", "--quiet", "--no-verify", "--file=-", input=message.encode())
         return self._head()
@@ -626,31 +715,74 @@ class TeamRepo:
         return self.commit(message, [GITIGNORE])
 
     def _write_gitignore(self) -> bool:
-        path = self.root / GITIGNORE
-        existing = _read_or_none(path)
+        existing = read_tree_file(self.root, GITIGNORE)
         wanted = gitignore_text((existing or b"").decode("utf-8", "replace")).encode()
         if existing == wanted:
             return False
-        atomic_write(path, wanted)
+        write_tree_file(self.root, GITIGNORE, wanted)
         return True
 
     # -- small helpers -----------------------------------------------------------------------
 
+    def _shareable(self, paths: Sequence[str]) -> list[str]:
+        """`paths` less what a library may not hold (incoming.py): what no other host would
+        accept is never committed (a warning names it; it stays in the work tree)."""
+        kept = []
+        for path in paths:
+            why = path_problem(path)
+            if why is None and os.path.islink(self.root / path):
+                why = "a symbolic link"
+            if why is None:
+                kept.append(path)
+            else:
+                self._log.warning("sync_not_shared", root=str(self.root), path=shown(path), why=why)
+        return kept
+
     def _stage(self, pathspecs: Sequence[str]) -> None:
-        """`git add --all` of `pathspecs`, host-local files left out whatever `.gitignore`
-        says. They are unstaged after the add rather than excluded in it: with an exclude
-        pathspec, git (2.39) silently skips a file inside a folder it does not track yet."""
+        """`git add --all` of `pathspecs`, then unstage whatever a library may not hold,
+        whatever `.gitignore` says (host-local files, links, git metadata, files over the size
+        limit: incoming.py). They are unstaged after the add rather than excluded in it: with
+        an exclude pathspec, git (2.39) silently skips a file inside a folder it does not
+        track yet."""
         self.git.run("add", "--all", "--", *pathspecs)
-        staged = self.git.run(
-            "diff", "--cached", "--name-only", "-z", "--no-renames", "--", *ONLY_HOST_LOCAL
-        ).stdout
-        local = [name.decode("utf-8", "surrogateescape") for name in staged.split(b"\0") if name]
+        local = self._staged_but_not_shareable()
         if not local:
             return
         if self._head() is None:
             self.git.run("rm", "--cached", "--quiet", "--", *_literal(local))
         else:
             self.git.run("reset", "--quiet", "--", *_literal(local))
+
+    def _staged_but_not_shareable(self) -> list[str]:
+        raw = self.git.run(
+            "diff", "--cached", "--raw", "-z", "--no-renames", "--no-abbrev"
+        ).stdout.split(b"\0")
+        added: dict[str, tuple[str, str]] = {}  # path -> (mode, object) of what is staged
+        for meta, name in zip(raw[::2], raw[1::2], strict=False):
+            fields = meta.decode().lstrip(":").split()
+            if len(fields) == 5 and fields[4] != "D":
+                added[name.decode("utf-8", "surrogateescape")] = (fields[1], fields[3])
+        sizes = self._object_sizes({object_id for _, object_id in added.values()})
+        refused = []
+        for path, (mode, object_id) in added.items():
+            size = sizes.get(object_id)
+            why = entry_problem(mode, size, limit=self.max_file_bytes) or path_problem(path)
+            if why is not None:
+                self._log.warning("sync_not_shared", root=str(self.root), path=shown(path), why=why)
+                refused.append(path)
+        return refused
+
+    def _object_sizes(self, object_ids: set[str]) -> dict[str, int]:
+        if not object_ids:
+            return {}
+        wanted = "".join(f"{object_id}\n" for object_id in sorted(object_ids)).encode()
+        out = self.git.run("cat-file", "--batch-check=%(objectname) %(objectsize)", input=wanted)
+        sizes = {}
+        for line in out.text.splitlines():
+            object_id, _, size = line.partition(" ")
+            if size.isdigit():
+                sizes[object_id] = int(size)
+        return sizes
 
     def _changed_paths(self) -> list[str]:
         status = self.git.run(
@@ -674,25 +806,44 @@ class TeamRepo:
         except ManifestError:
             return Manifest()
 
+    def _read_manifest(self) -> Manifest:
+        """The work tree's manifest; empty when there is none yet. ManifestError when it is not
+        a manifest (a bad hand edit, or a link where it should be)."""
+        try:
+            data = read_tree_file(self.root, MANIFEST_PATH)
+        except UnsafePath as exc:
+            raise ManifestError(str(exc)) from None
+        return Manifest() if data is None else parse_manifest(data)
+
+    def _exists(self, relpath: str) -> bool:
+        try:
+            return os.path.lexists(tree_path(self.root, relpath))
+        except UnsafePath:
+            return False
+
+    def _sha256_of(self, relpath: str) -> str | None:
+        try:
+            data = read_tree_file(self.root, relpath)
+        except (UnsafePath, IsADirectoryError, NotADirectoryError):
+            return None
+        return sha256_hex(data) if data is not None else None
+
     def _work_manifest(self) -> Manifest:
         """The work tree's manifest; the committed one when a person broke the file."""
         try:
-            return read_manifest(self.root)
+            return self._read_manifest()
         except ManifestError as exc:
             self._log.warning("sync_manifest_unreadable", error=str(exc))
             return self._manifest_at("HEAD") if self._head() else Manifest()
 
     def _write_manifest(self, manifest: Manifest) -> None:
-        path = self.root / MANIFEST_PATH
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, render_manifest(manifest))
+        write_tree_file(self.root, MANIFEST_PATH, render_manifest(manifest))
 
     def _restore_file(self, relpath: str, data: bytes | None) -> None:
-        path = self.root / relpath
         if data is None:
-            path.unlink(missing_ok=True)
+            remove_tree_file(self.root, relpath)
         else:
-            atomic_write(path, data)
+            write_tree_file(self.root, relpath, data)
 
     def _head(self) -> str | None:
         result = self.git.run("rev-parse", "--quiet", "--verify", "HEAD^{commit}", check=False)
@@ -750,17 +901,3 @@ def _skill_of(relpath: str, *manifests: Manifest) -> str | None:
             if relpath == folder or relpath.startswith(f"{folder}/"):
                 return name
     return skill_name_of_path(relpath)
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def _sha256_of(path: Path) -> str | None:
-    try:
-        return sha256_hex(path.read_bytes())
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
