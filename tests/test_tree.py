@@ -8,10 +8,10 @@ import pytest
 
 from skilld.fsutil import (
     UnsafePath,
-    is_tree_dir,
     list_tree_files,
     move_in_tree,
     read_tree_file,
+    real_subdir,
     remove_tree_file,
     tree_path,
     write_tree_file,
@@ -92,12 +92,22 @@ def test_a_usage_sidecar_that_is_a_link_is_refused_not_read(root: Path) -> None:
     assert (root.parent / "outside" / "secret").read_text() == "key\n"
 
 
-def test_a_folder_counts_only_when_every_folder_on_the_way_is_real(root: Path) -> None:
+def test_a_folder_counts_only_when_it_the_root_and_every_folder_on_the_way_are_real(
+    root: Path, tmp_path: Path
+) -> None:
     (root / "real" / "skills").mkdir()
     (root / "linked").symlink_to(root / "real")
     (root / "file").write_text("x")
-    assert is_tree_dir(root, "real/skills")
-    assert not is_tree_dir(root, "linked/skills")
-    assert not is_tree_dir(root, "file")
-    assert not is_tree_dir(root, "missing")
-    assert not is_tree_dir(root, "../outside")
+    assert real_subdir(root, ("real", "skills")) == root / "real" / "skills"
+    with pytest.raises(UnsafePath, match=f"^{root / 'linked'} is a symbolic link$"):
+        real_subdir(root, ("linked", "skills"))
+    with pytest.raises(UnsafePath, match=f"^{root / 'file'} is not a directory$"):
+        real_subdir(root, ("file", "skills"), create=True)
+    assert real_subdir(root, ("missing",)) is None
+    assert not (root / "missing").exists()
+    with pytest.raises(UnsafePath):
+        real_subdir(root, ("..", "outside"))
+    (tmp_path / "linked-root").symlink_to(root)  # a project root reached through a link
+    with pytest.raises(UnsafePath, match="linked-root is a symbolic link"):
+        real_subdir(tmp_path / "linked-root", ("real", "skills"))
+    assert real_subdir(root, ()) == root

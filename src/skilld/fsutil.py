@@ -14,13 +14,14 @@ taking the library root and a path relative to it (`/`-separated):
     remove_tree_file(root, relpath)        unlink a file (a missing one is fine)
     move_in_tree(root, source, target)     os.replace inside the root (archive, restore)
     list_tree_files(root, relpath)         names of the regular files in a folder
-    is_tree_dir(root, relpath)             it and every folder on the way are real folders
     tree_path(root, relpath)               the checked Path, for a caller that needs one
+    real_subdir(root, parts, create=...)   a project's skills dir: real folders all the way
 
 Each walks from the root one component at a time with `openat(2)` and `O_NOFOLLOW`: a
 component below the root that is a symbolic link (or not a folder) raises `UnsafePath`, so no
 path resolves outside the root, and a link swapped in between a check and the open cannot
-redirect it. The root itself may be a link (users point skills dirs at dotfile repos).
+redirect it. The root itself may be a link (users point skills dirs at dotfile repos), except
+for `real_subdir`, whose root is a project's: it must be a real folder too.
 A relative path with an empty, `.` or `..` component, a NUL or a newline is refused as well.
 """
 
@@ -314,24 +315,18 @@ def list_tree_files(root: Path, relpath: str) -> list[str]:
         os.close(fd)
 
 
-def is_tree_dir(root: Path, relpath: str) -> bool:
-    """True when `root/relpath` exists and it and every folder between it and `root` are real
-    folders (no link, no file): e.g. whether a project's skills dir counts as one."""
-    try:
-        fd = _open_parent(root, [*tree_parts(relpath), ""], create=False)
-    except (FileNotFoundError, UnsafePath):
-        return False
-    os.close(fd)
-    return True
-
-
-def _open_parent(root: Path, parts: list[str], *, create: bool) -> int:
+def _open_parent(root: Path, parts: list[str], *, create: bool, real_root: bool = False) -> int:
     """A descriptor of the folder holding `parts[-1]`, walked from `root` without following a
     link. FileNotFoundError when a folder is missing (and `create` is False; with it the root
-    is created too)."""
-    if create:
+    is created too, unless `real_root`: then the root must be a real folder that exists)."""
+    if create and not real_root:
         root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(root, _DIR_FLAGS if real_root else os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        if real_root and exc.errno in _LINK_ERRORS:
+            raise _not_a_folder(root, root.is_symlink()) from None
+        raise
     try:
         for index, part in enumerate(parts[:-1]):
             try:
@@ -344,7 +339,8 @@ def _open_parent(root: Path, parts: list[str], *, create: bool) -> int:
                 child = _open_child_dir(fd, part, parts, index)
             except OSError as exc:
                 if exc.errno in _LINK_ERRORS:
-                    raise _link_on_the_way(root, parts, index) from None
+                    where = root.joinpath(*parts[: index + 1])
+                    raise _not_a_folder(where, _is_link_at(fd, part)) from None
                 raise
             os.close(fd)
             fd = child
@@ -363,41 +359,35 @@ def _open_child_dir(fd: int, part: str, parts: list[str], index: int) -> int:
         raise
 
 
-def _link_on_the_way(root: Path, parts: list[str], index: int) -> UnsafePath:
-    where = "/".join(parts[: index + 1])
-    return UnsafePath(f"{where} is a symbolic link or not a folder inside {root}")
+def _not_a_folder(path: Path, is_link: bool) -> UnsafePath:
+    return UnsafePath(f"{path} is a symbolic link" if is_link else f"{path} is not a directory")
+
+
+def _is_link_at(parent: int, name: str) -> bool:
+    with contextlib.suppress(FileNotFoundError):
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    return False
 
 
 def _refuse_link(parent: int, name: str, relpath: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
-            raise UnsafePath(f"{relpath} is a symbolic link")
+    if _is_link_at(parent, name):
+        raise UnsafePath(f"{relpath} is a symbolic link")
 
 
 def real_subdir(root: Path, parts: tuple[str, ...], *, create: bool = False) -> Path | None:
     """`root/parts…` when the root and every folder down to it are real directories: no link
     anywhere, so nothing written there can land outside `root`. None when a folder is missing
-    (with `create`, missing folders are made instead, one by one: `mkdir` never follows a link
-    at the name it creates). Raises UnsafePath naming a folder that is a link or not a folder.
+    (with `create`, missing folders below the root are made instead, one by one, by the tree's
+    walk: `mkdir` at a folder's descriptor never follows a link). Raises UnsafePath naming a
+    folder that is a link or not a folder.
 
     Checked where it is decided and again right before each write: a link planted in between
     (a `git pull`, a person) is caught by the second look.
     """
-    current = root
-    for part in ("", *parts):
-        if part:
-            if part in (".", "..") or "/" in part or "\x00" in part:
-                raise UnsafePath(f"not a safe path component: {part!r}")
-            current = current / part
-        try:
-            info = os.lstat(current)
-        except FileNotFoundError:
-            if not create or not part:
-                return None
-            os.mkdir(current)
-            info = os.lstat(current)
-        if stat.S_ISLNK(info.st_mode):
-            raise UnsafePath(f"{current} is a symbolic link")
-        if not stat.S_ISDIR(info.st_mode):
-            raise UnsafePath(f"{current} is not a directory")
-    return current
+    names = tree_parts("/".join(parts)) if parts else []
+    try:
+        fd = _open_parent(root, [*names, ""], create=create, real_root=True)
+    except FileNotFoundError:
+        return None
+    os.close(fd)
+    return root.joinpath(*names)
