@@ -259,3 +259,39 @@ def test_an_unreachable_llm_is_reported_and_exits_1(workspace: Workspace, tmp_pa
     assert "the LLM could not answer: transport" in report["stopped"]
     assert report["totals"]["created"] == 0
     assert not workspace.state.exists()
+
+
+def test_links_planted_at_the_markers_are_not_followed_into_the_sandbox(
+    workspace: Workspace, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`.usage.json`, `.bundled_manifest` and the hub lock are read through the tree guard: a
+    link at one of those names (or on the way to it) is the daemon's to refuse, never a way to
+    copy a file from outside the library into `--out`."""
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    workspace.add_session("s1", conversation())
+    fake_llm.default = skip_reply()
+    skill = workspace.skills / "kept" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("---\nname: kept\ndescription: Kept.\n---\nKept.\n", encoding="utf-8")
+    outside = tmp_path / "outside"
+    (outside / "hub").mkdir(parents=True)
+    secret = outside / "secret.json"
+    secret.write_text('{"outside-secret": {"pinned": true}}\n', encoding="utf-8")
+    (outside / "hub" / "lock.json").write_text('{"outside-secret": 1}\n', encoding="utf-8")
+    (workspace.skills / ".usage.json").symlink_to(secret)
+    (workspace.skills / ".bundled_manifest").symlink_to(secret)
+    (workspace.skills / ".hub").symlink_to(outside / "hub")
+
+    out = tmp_path / "out"
+    code, report, output = replay(workspace, "--out", str(out), "--json")
+    assert code == 0, output
+    assert report["seeded_skills"] == 1
+    sandbox = out / "skills" / "default"
+    assert (sandbox / "kept" / "SKILL.md").read_bytes() == skill.read_bytes()
+    for path in out.rglob("*"):
+        assert not path.is_symlink(), path
+        if path.is_file():
+            assert b"outside-secret" not in path.read_bytes(), path
+    assert not (sandbox / ".bundled_manifest").exists()
+    assert not (sandbox / ".hub" / "lock.json").exists()

@@ -41,6 +41,7 @@ from skilld.evolve.backlog import backlog
 from skilld.evolve.report import WindowRecord
 from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import bind_sources, llm_settings
+from skilld.fsutil import UnsafePath, read_tree_file, write_tree_file
 from skilld.llm import LLMClient
 from skilld.routing import Routing, resolve
 from skilld.skills.document import render_skill
@@ -296,11 +297,13 @@ def seed_library(real_root: Path, sandbox_root: Path) -> list[tuple[str, Path]]:
         except OSError:
             continue  # unreadable: the daemon lists it as broken; there is nothing to copy
         seeded.append((name, target))
-    for marker in (Path(USAGE_FILE), Path(BUNDLED_MANIFEST), HUB_LOCK):
-        source = real_root / marker
-        if source.is_file():
-            (sandbox_root / marker).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, sandbox_root / marker)
+    for marker in (USAGE_FILE, BUNDLED_MANIFEST, HUB_LOCK):
+        try:
+            data = read_tree_file(real_root, marker)
+        except UnsafePath:
+            continue  # a link the daemon refuses to read as well: the sandbox goes without
+        if data is not None:
+            write_tree_file(sandbox_root, marker, data, durable=False)
     return seeded
 
 
