@@ -199,9 +199,12 @@ class Machine:
         env.update(extra)
         return env
 
-    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, stdin: str | None = None, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "skilld", *args],
+            input=stdin,
             env=self.env(**env),
             capture_output=True,
             text=True,
@@ -901,15 +904,7 @@ def test_an_agent_s_library_named_explicitly_works_before_that_agent_first_runs(
         "tools/call", 2, name="skill_write",
         arguments={"name": "first-run", "description": "D.", "content": "1. Go."},
     )  # fmt: skip
-    served = subprocess.run(
-        [sys.executable, "-m", "skilld", "mcp", "--library", "claude"],
-        input=f"{INITIALIZE}\n{write}\n",
-        env=machine.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=machine.root,
-    )
+    served = machine.cli("mcp", "--library", "claude", stdin=f"{INITIALIZE}\n{write}\n")
     assert served.returncode == 0, served.stderr
     initialized, written = (json.loads(line) for line in served.stdout.splitlines())
     assert initialized["result"]["serverInfo"]["name"] == "skilld"
@@ -925,6 +920,11 @@ def test_an_agent_s_library_named_explicitly_works_before_that_agent_first_runs(
         "--library", "codex",
     )  # fmt: skip
     assert (machine.skill_dirs["codex"] / "codex-first" / "SKILL.md").is_file()
+    listing = request("tools/call", 2, name="skill_list", arguments={})
+    listed = machine.cli("mcp", stdin=f"{INITIALIZE}\n{listing}\n", SKILLD_LIBRARY="codex")
+    assert listed.returncode == 0, listed.stderr
+    skills = json.loads(listed.stdout.splitlines()[1])["result"]["structuredContent"]["skills"]
+    assert [skill["name"] for skill in skills] == ["codex-first"]
     # Only the libraries named were touched: no agent's sessions, no other agent's skills.
     assert not (machine.home / ".claude" / "projects").exists()
     assert not machine.dsh_home.exists() and not machine.hermes_home.exists()
