@@ -199,9 +199,12 @@ class Machine:
         env.update(extra)
         return env
 
-    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, stdin: str | None = None, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "skilld", *args],
+            input=stdin,
             env=self.env(**env),
             capture_output=True,
             text=True,
@@ -887,3 +890,53 @@ def test_a_library_renamed_over_the_same_folder_keeps_its_skills(
     )
     assert written.returncode == 0, written.stderr
     assert written.stdout.startswith("updated fix-the-build")
+
+
+def test_an_agent_s_library_named_explicitly_works_before_that_agent_first_runs(
+    machine: Machine,
+) -> None:
+    """docs/mcp.md registers `skilld mcp --library claude` with Claude Code, often before
+    Claude Code has ever run: no `~/.claude/projects` yet, so no agent was found, yet the
+    library it names is that agent's own, with its defaults."""
+    from tests.test_mcp import INITIALIZE, request
+
+    write = request(
+        "tools/call", 2, name="skill_write",
+        arguments={"name": "first-run", "description": "D.", "content": "1. Go."},
+    )  # fmt: skip
+    served = machine.cli("mcp", "--library", "claude", stdin=f"{INITIALIZE}\n{write}\n")
+    assert served.returncode == 0, served.stderr
+    initialized, written = (json.loads(line) for line in served.stdout.splitlines())
+    assert initialized["result"]["serverInfo"]["name"] == "skilld"
+    assert written["result"]["structuredContent"]["outcome"] == "created"
+    skill = machine.skill_dirs["claude"] / "first-run" / "SKILL.md"
+    assert written["result"]["structuredContent"]["path"] == str(skill)
+    assert frontmatter(skill)["name"] == "first-run"
+    [row] = machine.json("skills", "list", "--library", "claude")
+    assert (row["name"], row["owner"], row["library"]) == ("first-run", "managed", "claude")
+
+    machine.ok(
+        "skills", "write", "codex-first", "--description", "D.", "--content", "1. Go.\n",
+        "--library", "codex",
+    )  # fmt: skip
+    assert (machine.skill_dirs["codex"] / "codex-first" / "SKILL.md").is_file()
+    listing = request("tools/call", 2, name="skill_list", arguments={})
+    listed = machine.cli("mcp", stdin=f"{INITIALIZE}\n{listing}\n", SKILLD_LIBRARY="codex")
+    assert listed.returncode == 0, listed.stderr
+    skills = json.loads(listed.stdout.splitlines()[1])["result"]["structuredContent"]["skills"]
+    assert [skill["name"] for skill in skills] == ["codex-first"]
+    # Only the libraries named were touched: no agent's sessions, no other agent's skills.
+    assert not (machine.home / ".claude" / "projects").exists()
+    assert not machine.dsh_home.exists() and not machine.hermes_home.exists()
+
+    unknown = machine.cli("skills", "list", "--library", "nope")
+    assert unknown.returncode == 2
+    assert unknown.stderr == "skilld: no library named 'nope' (known: dsh, claude, codex, hermes)\n"
+    # Libraries declared in the config are the whole set: an agent's name is not one of them.
+    machine.write_config(
+        f'[[libraries]]\nname = "team"\ndir = "{machine.root / "team"}"\n\n'
+        f'[[sources]]\nkind = "jsonl"\npath = "{machine.root / "sessions"}"\n'
+    )
+    declared = machine.cli("mcp", "--library", "hermes")
+    assert (declared.returncode, declared.stdout) == (2, "")
+    assert declared.stderr == "skilld: no library named 'hermes' (known: team)\n"

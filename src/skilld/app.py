@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from skilld.config import Config
@@ -15,12 +15,14 @@ from skilld.routing import (
     LibrarySpec,
     Routing,
     choose_library,
+    nameable_agent_libraries,
     project_library,
     project_skills_dir,
     requested_library,
     require_real_project_dir,
     resolve,
     storage_key,
+    with_named_library,
 )
 from skilld.skills.library import Library
 from skilld.skills.usage import UsageStore
@@ -37,6 +39,7 @@ class App:
         state: StateDB,
         libraries: dict[str, Library],
         project_home: Path | None = None,
+        nameable: Sequence[str] = (),
     ) -> None:
         self.config = config
         self.routing = routing
@@ -45,6 +48,8 @@ class App:
         self.libraries = libraries
         #: Where project libraries live instead of inside their projects (`replay`'s sandbox).
         self.project_home = project_home
+        #: The agents' libraries the command could have named besides (its error lists them).
+        self.nameable = nameable
         self._projects: dict[str, Library] = {}
 
     @property
@@ -109,6 +114,7 @@ class App:
             requested=requested,
             holding=holding,
             skill=skill,
+            nameable=self.nameable,
         )
         return candidates[chosen]
 
@@ -172,10 +178,17 @@ def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
 
 @contextlib.contextmanager
 def open_app(
-    config: Config, *, prepare: bool = False, project_home: Path | None = None
+    config: Config,
+    *,
+    prepare: bool = False,
+    project_home: Path | None = None,
+    requested: str | None = None,
 ) -> Iterator[App]:
-    """Open the state and the libraries; `prepare` also creates dirs and removes stray temps."""
-    routing = resolve(config)
+    """Open the state and the libraries; `prepare` also creates dirs and removes stray temps.
+    `requested` is the library a command names explicitly (`--library`): an agent's own is
+    opened even before that agent has run here (`with_named_library`)."""
+    routing = with_named_library(resolve(config), config, requested)
+    nameable = nameable_agent_libraries(config) if requested is not None else ()
     state = StateDB(config.state.dir / "state.db")
     try:
         libraries = {
@@ -192,7 +205,7 @@ def open_app(
             if prepare:
                 library.root.mkdir(parents=True, exist_ok=True)
                 library.prepare()
-        yield App(config, routing, state, libraries, project_home)
+        yield App(config, routing, state, libraries, project_home, nameable)
     finally:
         state.close()
 

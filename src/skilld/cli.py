@@ -136,7 +136,7 @@ def run_handler(config: Config, args: argparse.Namespace) -> int:
         from skilld.app import open_app  # the libraries: not for commands that need no app
 
         handler: Handler = args.handler
-        with open_app(config) as app:
+        with open_app(config, requested=getattr(args, "library", None)) as app:
             return handler(app, args)
     except ConfigError as exc:
         print(f"skilld: config error: {exc}", file=sys.stderr)

@@ -105,7 +105,7 @@ class SkillTools:
     @contextlib.contextmanager
     def _library(self) -> Iterator[Library]:
         try:
-            with open_app(self.config) as app:
+            with open_app(self.config, requested=self.library) as app:
                 yield app.select(self.library)
         except SkilldError as exc:
             raise Refused(str(exc)) from None

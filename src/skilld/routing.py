@@ -241,7 +241,7 @@ def resolve(
     detected = not config.sources
     sources = config.sources or detected_sources()
     declared = {table.name: _declared(table, config) for table in config.libraries}
-    explicit_dir = config.origins.get("skills.dir") in ("file", "env")
+    explicit_dir = _explicit_dir(config)
     if declared and explicit_dir:
         raise ConfigError(
             "with [[libraries]] tables, set `dir` in each library instead", "skills.dir"
@@ -264,6 +264,30 @@ def resolve(
     return Routing(libraries, tuple(routes), detected=detected)
 
 
+def nameable_agent_libraries(config: Config) -> tuple[str, ...]:
+    """The agents' own libraries a command may name (`--library claude`) whether or not that
+    agent has run on this machine yet: all of them when the configuration leaves libraries to
+    the agents (no `[[libraries]]` table, no `[skills] dir`); none when it declares its own,
+    for those are the whole set."""
+    if config.libraries or _explicit_dir(config):
+        return ()
+    return tuple(_AGENT_BY_LIBRARY)
+
+
+def with_named_library(routing: Routing, config: Config, name: str | None) -> Routing:
+    """`routing` with the agent's library a command names explicitly added when it lacks it,
+    with that agent's defaults: an agent is found by its sessions, so on a machine where it
+    has not run yet its library is unknown, yet docs/mcp.md registers `skilld mcp --library
+    claude` before that first run. The daemon never calls this: it reads and writes only the
+    agents it finds."""
+    if name is None or name in routing.libraries or name not in nameable_agent_libraries(config):
+        return routing
+    agent = _agent_library(AGENTS[_AGENT_BY_LIBRARY[name]], config)
+    libraries = {**routing.libraries, name: agent}
+    _check_distinct_dirs(libraries)
+    return routing._replace(libraries=libraries)
+
+
 #: An agent names its own library in the environment it starts skilld with (its hooks, its
 #: MCP server entry).
 LIBRARY_ENV = "SKILLD_LIBRARY"
@@ -281,11 +305,13 @@ def choose_library(
     requested: str | None,
     holding: Sequence[str],
     skill: str | None,
+    nameable: Sequence[str] = (),
 ) -> str:
     """The library a command acts on, among `names` (the `configured` first, then project
     libraries): the one `requested` (`--library`, `$SKILLD_LIBRARY`), else the only one that
-    holds `skill`, else the only configured one. Raises UsageError listing the choices."""
-    known = ", ".join(names) or "none"
+    holds `skill`, else the only configured one. Raises UsageError listing the choices, and
+    the `nameable` ones the command could have requested too (`nameable_agent_libraries`)."""
+    known = ", ".join(dict.fromkeys([*names, *nameable])) or "none"
     if requested is not None:
         if requested in names:
             return requested
@@ -465,6 +491,11 @@ def _agent_loading(directory: Path | None) -> str | None:
         if Path(os.path.abspath(agent.dir())) == where:
             return kind
     return None
+
+
+def _explicit_dir(config: Config) -> bool:
+    """A `[skills] dir` set (file or environment): the single library of every source."""
+    return config.origins.get("skills.dir") in ("file", "env")
 
 
 def _legacy(config: Config) -> LibrarySpec:

@@ -14,7 +14,7 @@ from skilld.config import Config
 from skilld.errors import SkilldError
 from skilld.log import get_logger
 from skilld.mcp_server import CallTool, Refused, serve_stdio
-from skilld.routing import choose_library, requested_library, resolve
+from skilld.routing import choose_library, requested_library, resolve, with_named_library
 
 log = get_logger("skilld.mcp")
 
@@ -32,17 +32,18 @@ def cmd_mcp(config: Config, args: argparse.Namespace) -> int:
 
 def served_library(config: Config, name: str | None) -> str:
     """The library `--library` (else `$SKILLD_LIBRARY`, else the only one) names. A configured
-    library is found from the routing alone; any other name (a project library skilld has
-    written into, or a mistake) is looked up as every command does, with the state opened."""
+    library, or an agent's own before that agent has run here, is found from the routing
+    alone; any other name (a project library skilld has written into, or a mistake) is looked
+    up as every command does, with the state opened."""
     requested = requested_library(name)
-    configured = list(resolve(config).libraries)
+    configured = list(with_named_library(resolve(config), config, requested).libraries)
     if requested is None or requested in configured:
         return choose_library(
             configured, configured=len(configured), requested=requested, holding=[], skill=None
         )
     from skilld.app import open_app
 
-    with open_app(config) as app:
+    with open_app(config, requested=requested) as app:
         return app.select(requested).name
 
 

@@ -15,12 +15,14 @@ from skilld.config import Config
 from skilld.errors import Failure
 from skilld.routing import (
     choose_library,
+    nameable_agent_libraries,
     project_library,
     project_root,
     project_skills_dir,
     requested_library,
     require_real_project_dir,
     resolve,
+    with_named_library,
 )
 from skilld.skills.layout import find_skill_file
 from skilld.skills.names import InvalidName, validate_name
@@ -30,7 +32,7 @@ from skilld.skills.usage import UsageStore
 def cmd_usage(config: Config, args: argparse.Namespace) -> int:
     """The library is `--library`, else `$SKILLD_LIBRARY`, else the one whose dir holds the
     skill (the project's of the working directory included), else the only one."""
-    routing = resolve(config)
+    routing = with_named_library(resolve(config), config, args.library)
     specs = {spec.name: spec for spec in routing.libraries.values()}
     for spec in routing.libraries.values():
         root = project_root(spec, os.getcwd())
@@ -50,6 +52,7 @@ def cmd_usage(config: Config, args: argparse.Namespace) -> int:
             requested=requested,
             holding=holding,
             skill=args.name,
+            nameable=nameable_agent_libraries(config) if args.library else (),
         )
     ]
     try:
