@@ -120,6 +120,7 @@ def test_a_link_a_person_puts_in_the_work_tree_fails_the_round_and_writes_nothin
 
     report = host.repo.sync(usage={"fix-venv": {"use_count": 1}})
 
-    assert not report.ok and report.error is not None and "refused: .skilld" in report.error
+    assert not report.ok
+    assert report.error == f"refused: {host.skills / '.skilld'} is a symbolic link"
     assert list(outside.iterdir()) == []
     assert remote_files(remote) == {".gitignore", ".skilld/manifest.json", "fix-venv/SKILL.md"}
