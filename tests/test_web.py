@@ -119,6 +119,47 @@ def test_the_skill_page_shows_body_effect_versions_and_a_diff(panel: TestClient)
     assert '<span class="del">-2. Ship.</span>' in diff
 
 
+def test_a_skill_page_shows_where_each_version_came_from(
+    workspace: Workspace, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    repo = tmp_path / "api"
+    repo.mkdir()
+    for args in (
+        ("init", "-q", "-b", "main"),
+        ("commit", "-q", "--allow-empty", "-m", "one"),
+        ("remote", "add", "origin", "git@github.com:acme/api.git"),
+    ):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    workspace.add_session("s1", [{**m, "cwd": str(repo)} for m in conversation()])
+    fake_llm.queue.append(skill_reply("run-tests", reason=f"Seen twice {HOSTILE}"))
+    assert workspace.cli("once").returncode == 0
+    shown = cli_json(workspace, "skills", "show", "run-tests", "--json")
+    (version,) = shown["effect"]["versions"]
+    assert (version["source"], version["model"], version["window"]) == (
+        "jsonl",
+        "test-model",
+        [0, 7],
+    )
+    assert version["prompt_version"] and version["session"]
+    with client_for(workspace) as panel:
+        assert panel.get("/api/skills/default/run-tests").json() == shown
+        page = panel.get("/skills/default/run-tests").text
+    row = page.split('<table class="versions">', 1)[1].split("</table>", 1)[0]
+    for cell in (
+        "jsonl", version["session"], "messages 0–7", "test-model", version["prompt_version"],
+        f"learned on github.com/acme/api@main ({commit[:7]})", "Seen twice &lt;script&gt;",
+    ):  # fmt: skip
+        assert f"<td>{cell}" in row, cell
+    assert "<script>" not in page and "<img" not in page
+
+
 def test_the_skills_table_filters_searches_sorts_and_pages(
     panel: TestClient, workspace: Workspace
 ) -> None:

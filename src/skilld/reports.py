@@ -144,6 +144,10 @@ def effect(
             "at": event.ts,
             "version": event.detail.get("version"),
             "session": event.session,
+            "source": event.source,
+            "window": _window(event.detail.get("messages")),
+            "model": _text(event.detail.get("model")),
+            "prompt_version": _text(event.detail.get("prompt_version")),
             "reason": event.reason,
             "git": _git_json(from_json(event.detail.get("git"))),
         }
@@ -158,6 +162,24 @@ def effect(
         "sessions": [{"session": s, "uses": n, "last_at": at} for s, n, at in sessions],
         "versions": versions,
     }
+
+
+def _window(messages: object) -> list[int | None] | None:
+    """The window `[first, last]` message an event names, or None when it names none."""
+    if not isinstance(messages, list) or len(messages) != 2:
+        return None
+    first, last = (m if isinstance(m, int) and not isinstance(m, bool) else None for m in messages)
+    return None if first is None and last is None else [first, last]
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def learned_on_text(git: Mapping[str, Any]) -> str:
+    """`learned on <repository>@<branch> (<short commit>)`, `?` for what is unknown."""
+    commit = f" ({git['commit'][:7]})" if git["commit"] else ""
+    return f"learned on {git['repository'] or '?'}@{git['branch'] or '?'}{commit}"
 
 
 def skill_report(

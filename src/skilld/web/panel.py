@@ -81,6 +81,7 @@ class Panel:
             loader=PackageLoader("skilld.web", "templates"), autoescape=True
         )
         self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD)
+        self.templates.filters["learned_on"] = reports.learned_on_text
         #: The search's descriptions: path -> ((mtime, size), lowercased description).
         self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
 
