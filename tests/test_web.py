@@ -574,6 +574,24 @@ def test_the_overview_shows_libraries_spend_and_kept_proposals(
     assert "<td>2</td>" in library_row.split("</tr>", 1)[0]  # two managed skills
 
 
+def test_the_last_tick_s_outcomes_read_as_words(panel: TestClient, workspace: Workspace) -> None:
+    def last_tick(outcomes: dict[str, int]) -> tuple[str, str]:
+        with StateDB(workspace.state / "state.db") as state:
+            tick = {"started_at": time.time(), "duration_seconds": 1.5, "outcomes": outcomes}
+            state.set_meta("last_tick", tick)
+        status = workspace.cli("status")
+        assert status.returncode == 0, status.stderr
+        page = panel.get("/").text.split("<dt>Last tick</dt><dd>", 1)[1].split("</dd>", 1)[0]
+        (line,) = (line for line in status.stdout.splitlines() if line.startswith("last tick"))
+        return page, line
+
+    page, line = last_tick({"skipped": 1, "created": 3, "invalid": 0})
+    assert page == "1.5s, outcomes 3 created, 1 skipped"
+    assert line.endswith("1.5s, outcomes 3 created, 1 skipped")
+    page, line = last_tick({})
+    assert page == "1.5s, outcomes none" and line.endswith("outcomes none")
+
+
 def test_the_curator_page_shows_what_moves_next(panel: TestClient, workspace: Workspace) -> None:
     records = usage(workspace)
     records["triage"]["last_used_at"] = "2020-01-01T00:00:00+00:00"

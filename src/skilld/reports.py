@@ -297,6 +297,18 @@ def status_report(app: App) -> dict[str, Any]:
     }
 
 
+def outcome_counts_text(outcomes: Mapping[str, Any] | None) -> str:
+    """A tick's outcome counts in words, the most frequent first: `3 created, 1 skipped`, or
+    `none`."""
+    counts = [
+        (count, str(kind))
+        for kind, count in (outcomes or {}).items()
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0
+    ]
+    counts.sort(key=lambda item: (-item[0], item[1]))
+    return ", ".join(f"{count} {kind}" for count, kind in counts) or "none"
+
+
 def daemon_stale(report: dict[str, Any]) -> bool:
     """Whether `report` shows no live `skilld run`: no heartbeat within three intervals, or its
     process gone (`skilld once` beats the heart too)."""

@@ -82,6 +82,7 @@ class Panel:
         )
         self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD)
         self.templates.filters["learned_on"] = reports.learned_on_text
+        self.templates.filters["outcome_counts"] = reports.outcome_counts_text
         #: The search's descriptions: path -> ((mtime, size), lowercased description).
         self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
 
