@@ -402,6 +402,28 @@ def test_the_api_returns_what_the_json_commands_print(
     assert panel.get("/api/skills/default/missing").status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("query", "cli_args", "problem"),
+    [
+        ("limit=abc", ("--limit", "abc"), "limit"),
+        ("limit=-1", ("--limit", "-1"), "--limit: must be 0 or more"),
+        ("since=soon", ("--since", "soon"), "--since: not a duration"),
+        ("kind=created&kind=craeted", ("--kind", "created", "--kind", "craeted"), "'craeted'"),
+    ],
+)
+def test_a_bad_events_query_is_refused_as_the_cli_refuses_it(
+    panel: TestClient, workspace: Workspace, query: str, cli_args: tuple[str, ...], problem: str
+) -> None:
+    response = panel.get(f"/api/events?{query}")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert problem in error and "\n" not in error
+    cli = workspace.cli("events", "--json", *cli_args)
+    assert cli.returncode == 2 and problem in cli.stderr and cli.stdout == ""
+    if "kind" in query:
+        assert panel.get(f"/events?{query}").status_code == 400
+
+
 # -- hostile text ----------------------------------------------------------------------------
 
 

@@ -357,6 +357,20 @@ def since_timestamp(since: str | None) -> str | None:
         raise UsageError(f"--since: {exc}") from None
 
 
+def known_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """`kinds`, each an event kind the log records. Raises UsageError naming the others (a
+    misspelt kind would otherwise match nothing, silently)."""
+    from skilld.state import EVENT_KINDS
+
+    unknown = [kind for kind in kinds if kind not in EVENT_KINDS]
+    if unknown:
+        raise UsageError(
+            f"--kind: no event kind {', '.join(map(repr, unknown))}"
+            f" (kinds: {', '.join(sorted(EVENT_KINDS))})"
+        )
+    return kinds
+
+
 def event_rows(
     app: App,
     *,
@@ -367,7 +381,11 @@ def event_rows(
     limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """`events --json`, oldest first: the events matching the filters (`since` as
-    `since_timestamp` reads it), the newest `limit` of them."""
+    `since_timestamp` reads it), the newest `limit` of them. Raises UsageError for an unknown
+    kind, a bad `since` or a negative `limit`."""
+    if limit is not None and limit < 0:
+        raise UsageError(f"--limit: must be 0 or more, not {limit}")
+    kinds = known_kinds(kinds)
     events = app.state.events(
         kinds=kinds, skill=skill, library=library, since=since_timestamp(since), limit=limit
     )
@@ -399,7 +417,7 @@ def event_page(
     (else the newest), and the id to pass as `before` for the next page (None: no older
     events). One indexed query with a LIMIT, however long the log is."""
     events = app.state.events(
-        kinds=kinds,
+        kinds=known_kinds(kinds),
         skill=skill,
         library=library,
         since=since_timestamp(since),
