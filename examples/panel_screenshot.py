@@ -1,17 +1,19 @@
 """The README's picture of the panel: its overview over the example transcripts.
 
-Let skilld learn from the examples first, with any model (see config.toml), then take it:
-
-    skilld --config examples/config.toml once
+    export DEEPSEEK_API_KEY=sk-...      # or any OpenAI-compatible server (see config.toml)
     python examples/panel_screenshot.py docs/panel.png
 
-It serves the panel over examples/out (`skilld web` on a free port), opens the overview in
-headless chromium (Debian's /usr/bin/chromium, driven by Playwright) and saves a PNG.
+It lets skilld learn from the examples (`skilld once` with examples/config.toml) into a demo
+folder, `/tmp/skilld-demo` unless `--demo DIR` says otherwise, so the picture shows the folders
+a user would have rather than this checkout's; then it serves the panel over it (`skilld web`
+on a free port), opens the overview in headless chromium (Debian's /usr/bin/chromium, driven
+by Playwright) and saves a PNG.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -36,11 +38,20 @@ def main() -> int:
     parser.add_argument("out", type=Path, help="the PNG to write")
     parser.add_argument("--width", type=int, default=1100)
     parser.add_argument("--height", type=int, default=760)
+    parser.add_argument("--demo", type=Path, default=Path("/tmp/skilld-demo"))
     args = parser.parse_args()
+    demo = args.demo.resolve()
+    env = {
+        **os.environ,
+        "SKILLD_SKILLS_DIR": str(demo / "skills"),
+        "SKILLD_STATE_DIR": str(demo / "state"),
+    }
+    skilld = [sys.executable, "-m", "skilld", "--config", str(CONFIG)]
+    if subprocess.run([*skilld, "once"], env=env).returncode != 0:
+        print("panel_screenshot: skilld once failed (is the LLM reachable?)", file=sys.stderr)
+        return 1
     panel = subprocess.Popen(
-        [sys.executable, "-m", "skilld", "--config", str(CONFIG), "web", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
+        [*skilld, "web", "--port", "0"], env=env, stdout=subprocess.PIPE, text=True
     )
     assert panel.stdout is not None
     try:

@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 
-from skilld.commands.skills import learned_on_text
 from skilld.evolve._judge import branch_hold
 from skilld.evolve.prompt import session_header
 from skilld.gitinfo import GitContext, completed
-from skilld.reports import learned_on
+from skilld.reports import learned_on, learned_on_text
 from skilld.state import StateDB
 from skilld.sync.messages import change_message, trailers
 from skilld.transcripts.registry import build_source

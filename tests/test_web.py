@@ -119,6 +119,47 @@ def test_the_skill_page_shows_body_effect_versions_and_a_diff(panel: TestClient)
     assert '<span class="del">-2. Ship.</span>' in diff
 
 
+def test_a_skill_page_shows_where_each_version_came_from(
+    workspace: Workspace, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    repo = tmp_path / "api"
+    repo.mkdir()
+    for args in (
+        ("init", "-q", "-b", "main"),
+        ("commit", "-q", "--allow-empty", "-m", "one"),
+        ("remote", "add", "origin", "git@github.com:acme/api.git"),
+    ):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True
+        )
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    workspace.add_session("s1", [{**m, "cwd": str(repo)} for m in conversation()])
+    fake_llm.queue.append(skill_reply("run-tests", reason=f"Seen twice {HOSTILE}"))
+    assert workspace.cli("once").returncode == 0
+    shown = cli_json(workspace, "skills", "show", "run-tests", "--json")
+    (version,) = shown["effect"]["versions"]
+    assert (version["source"], version["model"], version["window"]) == (
+        "jsonl",
+        "test-model",
+        [0, 7],
+    )
+    assert version["prompt_version"] and version["session"]
+    with client_for(workspace) as panel:
+        assert panel.get("/api/skills/default/run-tests").json() == shown
+        page = panel.get("/skills/default/run-tests").text
+    row = page.split('<table class="versions">', 1)[1].split("</table>", 1)[0]
+    for cell in (
+        "jsonl", version["session"], "messages 0–7", "test-model", version["prompt_version"],
+        f"learned on github.com/acme/api@main ({commit[:7]})", "Seen twice &lt;script&gt;",
+    ):  # fmt: skip
+        assert f"<td>{cell}" in row, cell
+    assert "<script>" not in page and "<img" not in page
+
+
 def test_the_skills_table_filters_searches_sorts_and_pages(
     panel: TestClient, workspace: Workspace
 ) -> None:
@@ -361,6 +402,28 @@ def test_the_api_returns_what_the_json_commands_print(
     assert panel.get("/api/skills/default/missing").status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("query", "cli_args", "problem"),
+    [
+        ("limit=abc", ("--limit", "abc"), "limit"),
+        ("limit=-1", ("--limit", "-1"), "--limit: must be 0 or more"),
+        ("since=soon", ("--since", "soon"), "--since: not a duration"),
+        ("kind=created&kind=craeted", ("--kind", "created", "--kind", "craeted"), "'craeted'"),
+    ],
+)
+def test_a_bad_events_query_is_refused_as_the_cli_refuses_it(
+    panel: TestClient, workspace: Workspace, query: str, cli_args: tuple[str, ...], problem: str
+) -> None:
+    response = panel.get(f"/api/events?{query}")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert problem in error and "\n" not in error
+    cli = workspace.cli("events", "--json", *cli_args)
+    assert cli.returncode == 2 and problem in cli.stderr and cli.stdout == ""
+    if "kind" in query:
+        assert panel.get(f"/events?{query}").status_code == 400
+
+
 # -- hostile text ----------------------------------------------------------------------------
 
 
@@ -531,6 +594,24 @@ def test_the_overview_shows_libraries_spend_and_kept_proposals(
     assert '<svg class="chart" role="img"' in page and f"{today}: 7</title>" in page
     library_row = page.split('href="/skills?library=default">default</a>', 1)[1]
     assert "<td>2</td>" in library_row.split("</tr>", 1)[0]  # two managed skills
+
+
+def test_the_last_tick_s_outcomes_read_as_words(panel: TestClient, workspace: Workspace) -> None:
+    def last_tick(outcomes: dict[str, int]) -> tuple[str, str]:
+        with StateDB(workspace.state / "state.db") as state:
+            tick = {"started_at": time.time(), "duration_seconds": 1.5, "outcomes": outcomes}
+            state.set_meta("last_tick", tick)
+        status = workspace.cli("status")
+        assert status.returncode == 0, status.stderr
+        page = panel.get("/").text.split("<dt>Last tick</dt><dd>", 1)[1].split("</dd>", 1)[0]
+        (line,) = (line for line in status.stdout.splitlines() if line.startswith("last tick"))
+        return page, line
+
+    page, line = last_tick({"skipped": 1, "created": 3, "invalid": 0})
+    assert page == "1.5s, outcomes 3 created, 1 skipped"
+    assert line.endswith("1.5s, outcomes 3 created, 1 skipped")
+    page, line = last_tick({})
+    assert page == "1.5s, outcomes none" and line.endswith("outcomes none")
 
 
 def test_the_curator_page_shows_what_moves_next(panel: TestClient, workspace: Workspace) -> None:

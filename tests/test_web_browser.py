@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from skilld.skills.document import SkillDoc
 from skilld.skills.library import Origin
 from skilld.state import StateDB
 from tests.conftest import Workspace
+from tests.fakellm import FakeLLM, skill_reply
+
+REPO = Path(__file__).resolve().parent.parent
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -203,3 +207,18 @@ def test_hostile_text_stays_text(panel: Panel, page: Page) -> None:
     assert dialogs == []
     assert foreign == []
     assert page.evaluate("window.pwned") is None
+
+
+def test_the_readme_screenshot_is_made_in_a_demo_folder(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.responder = lambda request: skill_reply(f"lesson-{len(fake_llm.requests)}")
+    demo, picture = tmp_path / "demo", tmp_path / "panel.png"
+    env = {**os.environ, "SKILLD_LLM_BASE_URL": fake_llm.base_url, "DEEPSEEK_API_KEY": "demo"}
+    script = REPO / "examples" / "panel_screenshot.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(picture), "--demo", str(demo)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert fake_llm.requests and list((demo / "skills").glob("*/SKILL.md"))  # learned there
+    assert (demo / "state" / "state.db").is_file()

@@ -144,6 +144,10 @@ def effect(
             "at": event.ts,
             "version": event.detail.get("version"),
             "session": event.session,
+            "source": event.source,
+            "window": _window(event.detail.get("messages")),
+            "model": _text(event.detail.get("model")),
+            "prompt_version": _text(event.detail.get("prompt_version")),
             "reason": event.reason,
             "git": _git_json(from_json(event.detail.get("git"))),
         }
@@ -158,6 +162,24 @@ def effect(
         "sessions": [{"session": s, "uses": n, "last_at": at} for s, n, at in sessions],
         "versions": versions,
     }
+
+
+def _window(messages: object) -> list[int | None] | None:
+    """The window `[first, last]` message an event names, or None when it names none."""
+    if not isinstance(messages, list) or len(messages) != 2:
+        return None
+    first, last = (m if isinstance(m, int) and not isinstance(m, bool) else None for m in messages)
+    return None if first is None and last is None else [first, last]
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def learned_on_text(git: Mapping[str, Any]) -> str:
+    """`learned on <repository>@<branch> (<short commit>)`, `?` for what is unknown."""
+    commit = f" ({git['commit'][:7]})" if git["commit"] else ""
+    return f"learned on {git['repository'] or '?'}@{git['branch'] or '?'}{commit}"
 
 
 def skill_report(
@@ -275,6 +297,18 @@ def status_report(app: App) -> dict[str, Any]:
     }
 
 
+def outcome_counts_text(outcomes: Mapping[str, Any] | None) -> str:
+    """A tick's outcome counts in words, the most frequent first: `3 created, 1 skipped`, or
+    `none`."""
+    counts = [
+        (count, str(kind))
+        for kind, count in (outcomes or {}).items()
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0
+    ]
+    counts.sort(key=lambda item: (-item[0], item[1]))
+    return ", ".join(f"{count} {kind}" for count, kind in counts) or "none"
+
+
 def daemon_stale(report: dict[str, Any]) -> bool:
     """Whether `report` shows no live `skilld run`: no heartbeat within three intervals, or its
     process gone (`skilld once` beats the heart too)."""
@@ -323,6 +357,20 @@ def since_timestamp(since: str | None) -> str | None:
         raise UsageError(f"--since: {exc}") from None
 
 
+def known_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """`kinds`, each an event kind the log records. Raises UsageError naming the others (a
+    misspelt kind would otherwise match nothing, silently)."""
+    from skilld.state import EVENT_KINDS
+
+    unknown = [kind for kind in kinds if kind not in EVENT_KINDS]
+    if unknown:
+        raise UsageError(
+            f"--kind: no event kind {', '.join(map(repr, unknown))}"
+            f" (kinds: {', '.join(sorted(EVENT_KINDS))})"
+        )
+    return kinds
+
+
 def event_rows(
     app: App,
     *,
@@ -333,7 +381,11 @@ def event_rows(
     limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """`events --json`, oldest first: the events matching the filters (`since` as
-    `since_timestamp` reads it), the newest `limit` of them."""
+    `since_timestamp` reads it), the newest `limit` of them. Raises UsageError for an unknown
+    kind, a bad `since` or a negative `limit`."""
+    if limit is not None and limit < 0:
+        raise UsageError(f"--limit: must be 0 or more, not {limit}")
+    kinds = known_kinds(kinds)
     events = app.state.events(
         kinds=kinds, skill=skill, library=library, since=since_timestamp(since), limit=limit
     )
@@ -365,7 +417,7 @@ def event_page(
     (else the newest), and the id to pass as `before` for the next page (None: no older
     events). One indexed query with a LIMIT, however long the log is."""
     events = app.state.events(
-        kinds=kinds,
+        kinds=known_kinds(kinds),
         skill=skill,
         library=library,
         since=since_timestamp(since),

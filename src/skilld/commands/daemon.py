@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from skilld.commands.common import CommandTable, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError
-from skilld.reports import daemon_stale, review_items, status_report
+from skilld.reports import daemon_stale, outcome_counts_text, review_items, status_report
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -89,7 +89,7 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
         if tick:
             print(
                 f"last tick      {utc_now_iso(tick['started_at'])}, "
-                f"{tick['duration_seconds']}s, outcomes {tick['outcomes'] or '{}'}"
+                f"{tick['duration_seconds']}s, outcomes {outcome_counts_text(tick['outcomes'])}"
             )
         else:
             print("last tick      never")

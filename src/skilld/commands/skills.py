@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from skilld.commands.common import CommandTable, Parser, cli_origin, library_option, print_json_line
 from skilld.errors import Failure
-from skilld.reports import event_rows, skill_report, skill_rows
+from skilld.reports import event_rows, learned_on_text, skill_report, skill_rows
 
 if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` needs none
     from skilld.app import App
@@ -84,12 +84,6 @@ def effect_lines(
         if version["git"] is not None:
             lines.append(f"  {learned_on_text(version['git'])}")
     return lines
-
-
-def learned_on_text(git: dict[str, Any]) -> str:
-    """`learned on <repository>@<branch> (<short commit>)`, `?` for what is unknown."""
-    commit = f" ({git['commit'][:7]})" if git["commit"] else ""
-    return f"learned on {git['repository'] or '?'}@{git['branch'] or '?'}{commit}"
 
 
 def cmd_skills_write(app: App, args: argparse.Namespace) -> int:

@@ -878,6 +878,12 @@ class Library:
         extra = dict(detail or {})
         if origin.git is not None:
             extra.setdefault("git", origin.git.as_json())
+        # What provenance keeps for the current version only, kept on the event for each one.
+        if origin.first_message is not None:
+            extra.setdefault("messages", [origin.first_message, origin.last_message])
+        for key, value in (("model", origin.model), ("prompt_version", origin.prompt_version)):
+            if value is not None:
+                extra.setdefault(key, value)
         with self.state.transaction():
             if isinstance(outcome, Written):
                 self.state.settle_provenance(self.name, outcome.name, outcome.sha256)

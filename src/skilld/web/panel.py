@@ -81,6 +81,8 @@ class Panel:
             loader=PackageLoader("skilld.web", "templates"), autoescape=True
         )
         self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD)
+        self.templates.filters["learned_on"] = reports.learned_on_text
+        self.templates.filters["outcome_counts"] = reports.outcome_counts_text
         #: The search's descriptions: path -> ((mtime, size), lowercased description).
         self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
 
@@ -467,14 +469,10 @@ class Panel:
 
     async def api_events(self, request: Request) -> Response:
         filters = _event_filters(request)
-        limit = request.query_params.get("limit")
         try:
+            limit = _whole_number(request.query_params.get("limit"), "--limit")
             return JSON(
-                await self.with_app(
-                    lambda app: reports.event_rows(
-                        app, **filters, limit=_int(limit, 0) if limit else None
-                    )
-                )
+                await self.with_app(lambda app: reports.event_rows(app, **filters, limit=limit))
             )
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
@@ -514,6 +512,17 @@ def _int(value: str | None, default: int) -> int:
         return max(0, int(value)) if value else default
     except ValueError:
         return default
+
+
+def _whole_number(value: str | None, name: str) -> int | None:
+    """A query's number as the CLI's `type=int` reads it (None when absent). Raises UsageError
+    naming it."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{name}: not a whole number: {value!r}") from None
 
 
 def _event_filters(request: Request) -> dict[str, Any]:
