@@ -20,8 +20,16 @@ Targets: every page under 2x the CLI's read, and the events page independent of 
 length (one indexed query with a LIMIT): the events row is also timed over a log of 1,000
 events to show it.
 
-Hermes Agent's dashboard (`GET /api/skills` over the same library) is not installed here: its
-row says so.
+Hermes Agent's dashboard is timed over the same library: `hermes dashboard` (0.19.0, the version
+tests/interop/install pins), run by its own interpreter (`--hermes PYTHON`, by default the venv
+that script installs) with `HERMES_HOME` set to the size's directory, whose `skills/` is the
+library skilld's panel reads. It binds 127.0.0.1 on a port the OS picks, with every proxy
+variable pointing at a closed port and `.no-bundled-skills` in `HERMES_HOME`, so it adds none
+of its bundled skills to the library. Its `/api/` routes need the session token the desktop
+app injects through `HERMES_DASHBOARD_SESSION_TOKEN` and sends as `X-Hermes-Session-Token`;
+it needs no model. `GET /api/skills` (every skill, as JSON) is timed like the panel's pages,
+beside skilld's skills page and skilld's own `GET /api/skills`. Without Hermes the row is
+skipped with one line saying why.
 """
 
 from __future__ import annotations
@@ -29,10 +37,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import io
 import json
+import os
+import queue
+import re
+import secrets
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -190,11 +203,113 @@ def page(client: httpx.Client, path: str) -> Callable[[], None]:
     return get
 
 
-def hermes_dashboard_available() -> bool:
-    return importlib.util.find_spec("hermes_cli") is not None
+INTEROP_INSTALL = Path(__file__).resolve().parent.parent / "tests" / "interop" / "install"
+HERMES_TOKEN_HEADER = "X-Hermes-Session-Token"
+HERMES_READY = re.compile(r"HERMES_DASHBOARD_READY port=(\d+)")
+HERMES_START_SECONDS = 120
+
+
+def default_hermes_python() -> Path:
+    """The interpreter of the Hermes venv tests/interop/install makes (its cache, its pin)."""
+    pinned = re.search(r"^HERMES_VERSION=(\S+)$", INTEROP_INSTALL.read_text(), re.MULTILINE)
+    if pinned is None:
+        raise RuntimeError(f"no HERMES_VERSION in {INTEROP_INSTALL}")
+    cache = os.environ.get("SKILLD_INTEROP_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "skilld-interop"
+    )
+    return Path(cache) / f"hermes-{pinned.group(1)}" / "bin" / "python"
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@contextlib.contextmanager
+def hermes_dashboard(python: Path, home: Path, token: str) -> Iterator[str]:
+    """`hermes dashboard` over `home` on a free loopback port, offline; yields its URL.
+
+    Raises RuntimeError with the dashboard's own last words when it exits before it is ready.
+    """
+    (home / ".no-bundled-skills").touch()
+    nowhere = f"http://127.0.0.1:{closed_port()}"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("HERMES_") and not key.lower().endswith("_proxy")
+    }
+    env.update(
+        HOME=str(home),
+        HERMES_HOME=str(home),
+        HERMES_DASHBOARD_SESSION_TOKEN=token,
+        HTTP_PROXY=nowhere,
+        HTTPS_PROXY=nowhere,
+        ALL_PROXY=nowhere,
+        NO_PROXY="127.0.0.1,localhost",
+    )
+    command = [str(python), "-m", "hermes_cli.main", "dashboard", "--no-open", "--skip-build"]
+    process = subprocess.Popen(
+        [*command, "--host", "127.0.0.1", "--port", "0"],
+        env=env,
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def drain() -> None:  # read to the end, so a chatty dashboard never blocks on its pipe
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        said: list[str] = []
+        deadline = time.monotonic() + HERMES_START_SECONDS
+        while True:
+            try:
+                line = lines.get(timeout=max(deadline - time.monotonic(), 0))
+            except queue.Empty:
+                raise RuntimeError(f"not ready after {HERMES_START_SECONDS} s") from None
+            if line is None:
+                last = " | ".join(text.strip() for text in said[-3:] if text.strip())
+                raise RuntimeError(f"exited {process.wait()} before it was ready: {last}")
+            said.append(line)
+            if ready := HERMES_READY.search(line):
+                break
+        yield f"http://127.0.0.1:{ready.group(1)}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def time_hermes(python: Path, home: Path, size: int, runs: int) -> float:
+    """Hermes's `GET /api/skills` over the library in `home`, best of `runs`, in ms."""
+    token = secrets.token_urlsafe(32)
+    with (
+        hermes_dashboard(python, home, token) as url,
+        httpx.Client(base_url=url, headers={HERMES_TOKEN_HEADER: token}, timeout=60) as client,
+    ):
+        listed = client.get("/api/skills")
+        if listed.status_code != 200:
+            raise RuntimeError(f"GET /api/skills: {listed.status_code} {listed.text[:300]}")
+        if len(listed.json()) != size:
+            raise RuntimeError(f"GET /api/skills listed {len(listed.json())} of {size} skills")
+        return best_ms(page(client, "/api/skills"), runs)
 
 
 def measure(root: Path, size: int, events: int, runs: int) -> list[tuple[str, float, float]]:
+    """Each page against its command; last, skilld's `GET /api/skills` (its CLI side, the
+    same `skills list --json`), the panel's figure Hermes's dashboard is set beside."""
     shown = build_library(root, size)
     fill_events(root / "state" / "state.db", events, shown)
     config = config_for(root)
@@ -208,6 +323,7 @@ def measure(root: Path, size: int, events: int, runs: int) -> list[tuple[str, fl
                 cli(config, "skills", "show", shown, "--json"),
             ),
             ("events", page(client, "/events"), cli(config, "events", "--json", "--limit", "50")),
+            ("api", page(client, "/api/skills"), cli(config, "skills", "list", "--json")),
         ]
         for name, panel, command in pairs:
             rows.append((name, best_ms(panel, runs), best_ms(command, runs)))
@@ -221,7 +337,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs per figure (the best)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run: seconds")
     parser.add_argument("--dir", type=Path, help="where to build (default: a temp dir)")
+    parser.add_argument(
+        "--hermes",
+        type=Path,
+        metavar="PYTHON",
+        help="Hermes Agent's interpreter (default: the venv tests/interop/install makes)",
+    )
     args = parser.parse_args()
+    if args.hermes is not None and not args.hermes.is_file():
+        parser.error(f"--hermes {args.hermes}: no such interpreter")
+    hermes = args.hermes or default_hermes_python()
+    hermes_skip = None if hermes.is_file() else f"no Hermes Agent at {hermes}"
     configure_logging("json", "error")
     sizes = [20] if args.smoke else [int(size) for size in args.sizes.split(",")]
     events = 500 if args.smoke else args.events
@@ -233,8 +359,10 @@ def main() -> int:
         for size in sizes:
             for log in sorted({events, min(events, 1000)}, reverse=True):
                 root = base / f"{size}-{log}"
+                pages = {}
                 for name, panel_ms, cli_ms in measure(root, size, log, runs):
-                    if log != events and name != "events":
+                    pages[name] = panel_ms
+                    if name == "api" or (log != events and name != "events"):
                         continue
                     ratio = panel_ms / cli_ms if cli_ms else float("inf")
                     if ratio >= 2:
@@ -244,9 +372,22 @@ def main() -> int:
                         f" {ratio:>5.2f}x",
                         flush=True,
                     )
+                if log == events and hermes_skip is None:
+                    try:
+                        hermes_ms = time_hermes(hermes, root, size, runs)
+                    except RuntimeError as error:
+                        hermes_skip = f"the dashboard failed at {size} skills: {error}"
+                    else:
+                        print(
+                            f"{size:>7,} {'':>9} hermes  GET /api/skills {hermes_ms:.1f} ms;"
+                            f" skilld's skills page {pages['skills']:.1f} ms"
+                            f" ({hermes_ms / pages['skills']:.2f}x),"
+                            f" its GET /api/skills {pages['api']:.1f} ms",
+                            flush=True,
+                        )
                 shutil.rmtree(root, ignore_errors=True)
-        if not hermes_dashboard_available():
-            print("hermes dashboard: not installed here, skipped")
+        if hermes_skip is not None:
+            print(f"hermes dashboard: skipped: {hermes_skip}")
         print("targets: every page under 2x the CLI's read;", "missed: " + ", ".join(missed)
               if missed else "all met")  # fmt: skip
     finally:
