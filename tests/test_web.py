@@ -4,6 +4,7 @@ and its JSON API equal to what the `--json` commands print."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -178,6 +179,34 @@ def test_the_skills_table_filters_searches_sorts_and_pages(
     first, second = panel.get("/skills?owner=human").text, panel.get("/skills?owner=human&page=2")
     assert "62" not in first and "60 skills, page 1 of 2" in first
     assert ">extra-59</a>" in second.text and ">extra-00</a>" not in second.text
+
+
+def test_the_panel_sees_a_skill_file_changed_in_place_between_requests(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    """The panel remembers what it read of each skill file while the file stays the same; an
+    edit in place that keeps the file's size and modification time is still seen."""
+    assert {row["owner"] for row in panel.get("/api/skills").json()} == {"managed"}
+    edits = {"deploy": (b"Ship.", b"Sail."), "triage": (b"---\nname", b"+++\nname")}
+    time.sleep(0.05)  # past the kernel's timestamp tick: each edit's ctime is a new one
+    for name, (old, new) in edits.items():
+        file = workspace.skills / name / "SKILL.md"
+        before = file.stat()
+        with file.open("r+b") as handle:
+            data = handle.read()
+            handle.seek(0)
+            handle.write(data.replace(old, new, 1))
+        os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = file.stat()
+        assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+            before.st_ino, before.st_size, before.st_mtime_ns,
+        )  # fmt: skip
+    rows = {row["name"]: row for row in panel.get("/api/skills").json()}
+    assert rows["deploy"]["owner"] == "human"
+    assert rows["triage"]["broken"] == "no frontmatter: the first line must be '---'"
+    assert list(rows.values()) == cli_json(workspace, "skills", "list", "--json")
+    page = panel.get("/skills?owner=human").text  # neither is skilld's text any more
+    assert "2 skills" in page and "<td>broken</td>" in page
 
 
 def test_the_events_page_is_newest_first_and_pages_back(

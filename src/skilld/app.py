@@ -24,7 +24,7 @@ from skilld.routing import (
     storage_key,
     with_named_library,
 )
-from skilld.skills.library import Library
+from skilld.skills.library import FileFacts, Library
 from skilld.skills.usage import UsageStore
 from skilld.state import StateDB
 
@@ -40,6 +40,7 @@ class App:
         libraries: dict[str, Library],
         project_home: Path | None = None,
         nameable: Sequence[str] = (),
+        file_facts: FileFacts | None = None,
     ) -> None:
         self.config = config
         self.routing = routing
@@ -51,6 +52,7 @@ class App:
         #: The agents' libraries the command could have named besides (its error lists them).
         self.nameable = nameable
         self._projects: dict[str, Library] = {}
+        self._file_facts = file_facts
 
     @property
     def library(self) -> Library:
@@ -65,7 +67,7 @@ class App:
         if spec.name in self.libraries:
             return self.libraries[spec.name]
         if spec.name not in self._projects:
-            self._projects[spec.name] = _library(self.config, self.state, spec)
+            self._projects[spec.name] = _library(self.config, self.state, spec, self._file_facts)
         return self._projects[spec.name]
 
     def project(self, user: Library, root: Path) -> Library:
@@ -143,7 +145,9 @@ def sync_aside_dir(config: Config) -> Path:
     return config.state.dir / "sync-aside"
 
 
-def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
+def _library(
+    config: Config, state: StateDB, spec: LibrarySpec, file_facts: FileFacts | None = None
+) -> Library:
     def on_corrupt(copy: Path, reason: str) -> None:
         report_corrupt_usage(state, spec.name, copy, reason)
 
@@ -173,6 +177,7 @@ def _library(config: Config, state: StateDB, spec: LibrarySpec) -> Library:
         team=team,
         history_dir=config.state.dir / "history" / f"{PROJECT_MARK}{spec.storage_key}",
         locks_dir=config.state.dir / "locks",
+        file_facts=file_facts,
     )
 
 
@@ -183,16 +188,19 @@ def open_app(
     prepare: bool = False,
     project_home: Path | None = None,
     requested: str | None = None,
+    file_facts: FileFacts | None = None,
 ) -> Iterator[App]:
     """Open the state and the libraries; `prepare` also creates dirs and removes stray temps.
     `requested` is the library a command names explicitly (`--library`): an agent's own is
-    opened even before that agent has run here (`with_named_library`)."""
+    opened even before that agent has run here (`with_named_library`). `file_facts`: what a
+    long-lived caller remembers of the skill files between opens (`FileFacts`)."""
     routing = with_named_library(resolve(config), config, requested)
     nameable = nameable_agent_libraries(config) if requested is not None else ()
     state = StateDB(config.state.dir / "state.db")
     try:
         libraries = {
-            name: _library(config, state, spec) for name, spec in routing.libraries.items()
+            name: _library(config, state, spec, file_facts)
+            for name, spec in routing.libraries.items()
         }
         orphans = [
             name
@@ -205,7 +213,7 @@ def open_app(
             if prepare:
                 library.root.mkdir(parents=True, exist_ok=True)
                 library.prepare()
-        yield App(config, routing, state, libraries, project_home, nameable)
+        yield App(config, routing, state, libraries, project_home, nameable, file_facts)
     finally:
         state.close()
 

@@ -38,10 +38,11 @@ def library_rows(library: Library) -> list[dict[str, Any]]:
     from skilld.skills.usage import latest_activity_at
 
     usage = library.usage_records()
-    entries: list[tuple[str, str, str, str | None]] = [
-        (e.name, e.owner, str(e.path), e.error) for e in library.discover(parse=False)
-    ]
     provenance = library.state.all_provenance(library.name)
+    entries: list[tuple[str, str, str, str | None]] = [
+        (e.name, e.owner, e.file, e.error)
+        for e in library.discover(parse=False, provenance=provenance)
+    ]
     live = {name for name, *_ in entries}
     for name, archived in library.archived().items():
         if name not in live:
@@ -84,12 +85,10 @@ def skill_rows(
     """`skills list --json`: every skill of `library`, or of every library; with `repository`
     or `branch`, only those whose current version was learned there."""
     libraries = [app.select(library)] if library is not None else app.all_libraries()
-    return [
-        row
-        for lib in libraries
-        for row in library_rows(lib)
-        if learned_on(row["git"], repository, branch)
-    ]
+    rows = [row for lib in libraries for row in library_rows(lib)]
+    if repository is None and branch is None:
+        return rows
+    return [row for row in rows if learned_on(row["git"], repository, branch)]
 
 
 def learned_on(git: dict[str, Any] | None, repository: str | None, branch: str | None) -> bool:

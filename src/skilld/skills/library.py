@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -66,11 +67,15 @@ from skilld.skills.usage import Record, UsageStore, new_record
 
 if TYPE_CHECKING:
     from skilld.gitinfo import GitContext
-    from skilld.state import StateDB
+    from skilld.state import Provenance, StateDB
     from skilld.sync import Manifest, ManifestEntry, TeamRepo
 
 Owner = Literal["managed", "human", "bundled", "hub", "external"]
 Layout = Literal["dir", "flat"]
+#: What a listing learned of each skill file, by path: the file's identity (inode, size, mtime,
+#: ctime) when read, its sha256 and its `quick_problem`. A long-lived process (the panel) keeps
+#: one across requests so an unchanged file costs a stat, not a read and a hash.
+FileFacts = dict[str, tuple[tuple[int, int, int, int], str, str | None]]
 
 BUNDLED_MANIFEST = ".bundled_manifest"
 HUB_LOCK = ".hub/lock.json"
@@ -206,6 +211,12 @@ class Deleted(NamedTuple):
     kept: tuple[str, ...]
 
 
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """A file's identity for `FileFacts`: a rewrite (a new inode, or new bytes), a truncation
+    and a change of mode each change it."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _external(name: str, digest: str | None) -> Owner:
     return "external"
 
@@ -221,6 +232,7 @@ class Library:
         locks_dir: Path,
         team: "TeamRepo | None" = None,
         clock: Callable[[], float] = time.time,
+        file_facts: FileFacts | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -243,6 +255,8 @@ class Library:
         self._lock_fd: int | None = None
         #: Skill file -> (inode, size, mtime) -> its sha256, for counting the cap.
         self._digests: dict[str, tuple[tuple[int, int, int], str]] = {}
+        #: Shared by the caller (None: every listing reads every file).
+        self._file_facts = file_facts
         self._clock = clock
         self._log = get_logger("skilld.library")
 
@@ -306,14 +320,23 @@ class Library:
 
     # -- discovery ---------------------------------------------------------------------------
 
-    def discover(self, *, include_extra: bool = True, parse: bool = True) -> list[SkillEntry]:
+    def discover(
+        self,
+        *,
+        include_extra: bool = True,
+        parse: bool = True,
+        provenance: "Mapping[str, Provenance] | None" = None,
+    ) -> list[SkillEntry]:
         """Every skill, one per name (lowest rank wins), sorted by name.
 
         `parse=False` leaves `doc` unset and checks each file without a YAML parser
         (`quick_problem`): ownership needs only each file's hash, and parsing the frontmatter
-        is most of the cost of listing a large library.
+        is most of the cost of listing a large library. `provenance`: the library's
+        `all_provenance`, when the caller has read it already.
         """
-        return self._discover(include_extra=include_extra, parse=parse, only=None)
+        return self._discover(
+            include_extra=include_extra, parse=parse, only=None, provenance=provenance
+        )
 
     def entries(self, *, parse: bool = True) -> list[SkillEntry]:
         """The skills in this library's own root: what it may change and what its cap counts."""
@@ -386,14 +409,22 @@ class Library:
         self._digests[str(path)] = (identity, digest)
         return digest
 
-    def _discover(self, *, include_extra: bool, parse: bool, only: str | None) -> list[SkillEntry]:
+    def _discover(
+        self,
+        *,
+        include_extra: bool,
+        parse: bool,
+        only: str | None,
+        provenance: "Mapping[str, Provenance] | None" = None,
+    ) -> list[SkillEntry]:
         bundled, hub = self._bundled_names(), self._hub_names()
         team = self._team_manifest()
-        if only is None:
-            provenance = self.state.all_provenance(self.name)
-        else:
-            record = self.state.provenance(self.name, only)
-            provenance = {only: record} if record else {}
+        if provenance is None:
+            if only is None:
+                provenance = self.state.all_provenance(self.name)
+            else:
+                record = self.state.provenance(self.name, only)
+                provenance = {only: record} if record else {}
 
         def owner_of(name: str, digest: str | None) -> Owner:
             if name in bundled:
@@ -529,6 +560,15 @@ class Library:
 
         if linked and leads_out():
             return entry(error=f"links out of {root}; ignored")
+        # Only a plain file (no link on the way) is remembered: its identity is then the path's.
+        facts = self._file_facts if not parse and not linked else None
+        if facts is not None and (known := facts.get(path)) is not None:
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISREG(st.st_mode) and known[0] == _identity(st):
+                return entry(known[1], error=known[2])
         try:
             fd = os.open(path, os.O_RDONLY | (0 if linked else os.O_NOFOLLOW))
         except FileNotFoundError:
@@ -539,16 +579,21 @@ class Library:
             if leads_out():  # the skill file itself is a link
                 return entry(error=f"links out of {root}; ignored")
             fd = None
+            facts = None
         try:
             if fd is None:
                 fd = os.open(path, os.O_RDONLY)
             with os.fdopen(fd, "rb") as handle:
+                identity = _identity(os.fstat(handle.fileno())) if facts is not None else None
                 data = handle.read()
         except OSError as exc:
             return entry(error=f"unreadable: {exc.strerror or exc}")
         digest = sha256_hex(data)
         if not parse:
-            return entry(digest, error=quick_problem(data, name))
+            problem = quick_problem(data, name)
+            if facts is not None and identity is not None:
+                facts[path] = (identity, digest, problem)
+            return entry(digest, error=problem)
         try:
             doc = parse_skill(data, dialect=self.form)
         except SkillParseError as exc:

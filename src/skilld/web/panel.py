@@ -31,7 +31,7 @@ from skilld.app import App, open_app
 from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
 from skilld.skills.layout import SKILL_FILE
-from skilld.skills.library import Origin
+from skilld.skills.library import FileFacts, Origin
 from skilld.web.render import (
     bar_chart,
     markdown,
@@ -83,6 +83,8 @@ class Panel:
         self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD)
         self.templates.filters["learned_on"] = reports.learned_on_text
         self.templates.filters["outcome_counts"] = reports.outcome_counts_text
+        #: What the skills page learned of each skill file, for as long as the panel runs.
+        self._file_facts: FileFacts = {}
         #: The search's descriptions: path -> ((mtime, size), lowercased description).
         self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
 
@@ -97,7 +99,7 @@ class Panel:
         the files block; the event loop keeps serving the live view meanwhile)."""
 
         def run() -> Any:
-            with open_app(self.config) as app:
+            with open_app(self.config, file_facts=self._file_facts) as app:
                 return function(app)
 
         return await run_in_threadpool(run)
