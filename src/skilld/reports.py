@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from skilld.config import parse_duration
 from skilld.errors import Failure, UsageError
@@ -31,11 +31,27 @@ VERSION_KINDS = ("created", "updated", "rolled_back", "merged")
 # -- skills ----------------------------------------------------------------------------------
 
 
-def library_rows(library: Library) -> list[dict[str, Any]]:
-    """One row per skill of `library` (live or archived), with its usage and where its
-    current version was learned (`git`, null when unknown)."""
+class ListedSkill(NamedTuple):
+    """A skill as a listing first finds it: what the skills table filters on, before its row
+    (`skill_row`) is built."""
+
+    library: str
+    name: str
+    owner: str
+    #: "active", "stale" or "archived".
+    state: str
+    pinned: bool
+    path: str
+    broken: str | None
+    #: Its usage record ({} when it has none).
+    record: Mapping[str, Any]
+    #: The git context its current version was learned in, as state.db keeps it (JSON).
+    git: str | None
+
+
+def listed_skills(library: Library) -> list[ListedSkill]:
+    """Every skill of `library` (live or archived), by name: `library_rows` before the rows."""
     from skilld.skills.layout import SKILL_FILE
-    from skilld.skills.usage import latest_activity_at
 
     usage = library.usage_records()
     provenance = library.state.all_provenance(library.name)
@@ -50,29 +66,52 @@ def library_rows(library: Library) -> list[dict[str, Any]]:
             owner = "managed" if name in provenance else "human"
             entries.append((name, owner, str(file), None))
     archive = str(library.root / ".archive")
-    rows = []
+    listed = []
     for name, owner, path, error in sorted(entries):
         record = usage.get(name, {})
-        latest = latest_activity_at(record) if record else None
-        rows.append(
-            {
-                "name": name,
-                "library": library.name,
-                "owner": owner,
-                "state": "archived"
-                if path.startswith(archive)
-                else record.get("state") or "active",
-                "pinned": bool(record.get("pinned", False)),
-                "use_count": int(record.get("use_count", 0) or 0),
-                "view_count": int(record.get("view_count", 0) or 0),
-                "patch_count": int(record.get("patch_count", 0) or 0),
-                "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
-                "path": path,
-                "broken": error,
-                "git": _git_json(_stored_git(provenance[name].git) if name in provenance else None),
-            }
+        known = provenance.get(name)
+        listed.append(
+            ListedSkill(
+                library=library.name,
+                name=name,
+                owner=owner,
+                state="archived" if path.startswith(archive) else record.get("state") or "active",
+                pinned=bool(record.get("pinned", False)),
+                path=path,
+                broken=error,
+                record=record,
+                git=known.git if known is not None else None,
+            )
         )
-    return rows
+    return listed
+
+
+def skill_row(skill: ListedSkill) -> dict[str, Any]:
+    """The row `skills list --json` prints for `skill`."""
+    from skilld.skills.usage import latest_activity_at
+
+    record = skill.record
+    latest = latest_activity_at(record) if record else None
+    return {
+        "name": skill.name,
+        "library": skill.library,
+        "owner": skill.owner,
+        "state": skill.state,
+        "pinned": skill.pinned,
+        "use_count": int(record.get("use_count", 0) or 0),
+        "view_count": int(record.get("view_count", 0) or 0),
+        "patch_count": int(record.get("patch_count", 0) or 0),
+        "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
+        "path": skill.path,
+        "broken": skill.broken,
+        "git": _git_json(_stored_git(skill.git)),
+    }
+
+
+def library_rows(library: Library) -> list[dict[str, Any]]:
+    """One row per skill of `library` (live or archived), with its usage and where its
+    current version was learned (`git`, null when unknown)."""
+    return [skill_row(skill) for skill in listed_skills(library)]
 
 
 def skill_rows(

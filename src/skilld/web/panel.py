@@ -121,9 +121,9 @@ class Panel:
         def build(app: App) -> dict[str, Any]:
             status = reports.status_report(app)
             counts: dict[str, dict[str, int]] = {}
-            for row in reports.skill_rows(app):
-                count = counts.setdefault(row["library"], {})
-                for key in (row["owner"], row["state"], "pinned" if row["pinned"] else ""):
+            for skill in (s for lib in app.all_libraries() for s in reports.listed_skills(lib)):
+                count = counts.setdefault(skill.library, {})
+                for key in (skill.owner, skill.state, "pinned" if skill.pinned else ""):
                     if key:
                         count[key] = count.get(key, 0) + 1
             daily = reports.llm_daily(app)
@@ -153,40 +153,38 @@ class Panel:
 
         def build(app: App) -> dict[str, Any]:
             libraries = [lib.name for lib in app.all_libraries()]
-            rows = reports.skill_rows(app, library if library in libraries else None)
-            rows = [
-                row
-                for row in rows
-                if (owner is None or row["owner"] == owner)
-                and (
-                    state is None or row["state"] == state or (state == "pinned" and row["pinned"])
-                )
-                and (not search or search in row["name"] or search in self.description(row))
+            chosen = [app.select(library)] if library in libraries else app.all_libraries()
+            skills = [
+                skill
+                for lib in chosen
+                for skill in reports.listed_skills(lib)
+                if (owner is None or skill.owner == owner)
+                and (state is None or skill.state == state or (state == "pinned" and skill.pinned))
+                and (not search or search in skill.name or search in self.description(skill.path))
             ]
-            if sort == "age":
-                created = {
-                    (lib.name, name): record.get("created_at")
-                    for lib in app.all_libraries()
-                    for name, record in lib.usage_records().items()
-                }
+            pages = max(1, -(-len(skills) // PAGE_SIZE))
+            start = (min(page, pages) - 1) * PAGE_SIZE
+            if SORTS.get(sort, SORTS["name"]) == SORTS["name"]:
+                # The table's default order needs no row: only the page shown is built.
+                skills.sort(key=lambda skill: (skill.name, skill.library))
+                shown = [reports.skill_row(skill) for skill in skills[start : start + PAGE_SIZE]]
+            else:
                 rows = [
-                    {**row, "created_at": created.get((row["library"], row["name"]))}
-                    for row in rows
+                    {**reports.skill_row(skill), "created_at": skill.record.get("created_at")}
+                    for skill in skills
                 ]
-            rows = sort_rows(rows, sort)
-            pages = max(1, -(-len(rows) // PAGE_SIZE))
-            shown = rows[(min(page, pages) - 1) * PAGE_SIZE :][:PAGE_SIZE]
-            return {"rows": shown, "total": len(rows), "pages": pages, "libraries": libraries}
+                shown = sort_rows(rows, sort)[start : start + PAGE_SIZE]
+            return {"rows": shown, "total": len(skills), "pages": pages, "libraries": libraries}
 
         values = await self.with_app(build)
         filters = {"library": library, "owner": owner, "state": state, "q": search, "sort": sort}
         return self.page("skills.html", title="Skills", page=page, filters=filters, **values)
 
-    def description(self, row: dict[str, Any]) -> str:
-        """A skill's description, lowercased, for the search; read once per file version."""
+    def description(self, path: str) -> str:
+        """The description of the skill file at `path`, lowercased, for the search; read once
+        per file version."""
         from skilld.skills.document import parse_skill
 
-        path = row["path"]
         try:
             stat = Path(path).stat()
         except OSError:
