@@ -3,7 +3,8 @@ CLI calls, and `/api/` answering exactly what the matching `--json` command prin
 
 Each request opens the state and the libraries afresh (as the MCP server does), so the panel
 shows what the daemon and the CLI changed in the meantime, and never holds a library's lock
-between requests.
+between requests. What it keeps is what a listing learned of each skill file (its hash and
+quick check, `FileFacts`), valid only while the file's identity stays the same.
 """
 
 from __future__ import annotations
