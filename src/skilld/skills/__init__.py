@@ -25,6 +25,7 @@ _EXPORTS = {
         [
             "BUNDLED_MANIFEST",
             "HUB_LOCK",
+            "FileFacts",
             "Library",
             "Origin",
             "Refused",
