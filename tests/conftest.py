@@ -256,3 +256,14 @@ def open_library(root: Path, state_dir: Path, **changes: Any) -> Library:
         history_dir=state_dir / "history" / f"@{spec.storage_key}",
         locks_dir=state_dir / "locks",
     )
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run git in `cwd` as a test's own user; its stdout, stripped."""
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()

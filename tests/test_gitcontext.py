@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from skilld.reports import learned_on, learned_on_text
 from skilld.state import StateDB
 from skilld.sync.messages import change_message, trailers
 from skilld.transcripts.registry import build_source
-from tests.conftest import Workspace
+from tests.conftest import Workspace, git
 from tests.fakellm import FakeLLM, Reply, skill_reply, skip_reply
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,16 +33,6 @@ EXAMPLES = REPO / "examples" / "transcripts"
 CODEX_COMMIT = "9c1d2e7f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d"
 TOKEN = "ghp_PLANTEDtoken0123456789abcdefABCDEF"
 REQUEST = re.compile(r"^(?:Session|Merge into \S+: session) (\S+) \((\S+)\)")
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
 
 
 def make_repo(path: Path, origin: str, *, branch: str = "main") -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from skilld.gitinfo import (
     redact_url,
     repository_of,
 )
+from tests.conftest import git
 
 
 @pytest.mark.parametrize(
@@ -76,53 +76,43 @@ def test_context_drops_implausible_values_and_round_trips() -> None:
     assert from_json(None) is None
 
 
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "api"
     root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
+    git(root, "init", "-q", "-b", "main")
     (root / "a.txt").write_text("a")
-    _git(root, "add", "a.txt")
-    _git(root, "commit", "-q", "-m", "one")
-    _git(root, "remote", "add", "origin", "https://bob:ghp_SECRET@github.com/acme/api.git")
+    git(root, "add", "a.txt")
+    git(root, "commit", "-q", "-m", "one")
+    git(root, "remote", "add", "origin", "https://bob:ghp_SECRET@github.com/acme/api.git")
     (root / "src" / "deep").mkdir(parents=True)
     return root
 
 
 def test_observe_reads_branch_commit_and_origin(repo: Path) -> None:
-    head = _git(repo, "rev-parse", "HEAD")
+    head = git(repo, "rev-parse", "HEAD")
     assert observe(repo / "src" / "deep") == GitContext(
         "github.com/acme/api", "main", head, "observed"
     )
-    _git(repo, "checkout", "-q", "-b", "feat/x")
+    git(repo, "checkout", "-q", "-b", "feat/x")
     (repo / "b.txt").write_text("b")
-    _git(repo, "add", "b.txt")
-    _git(repo, "commit", "-q", "-m", "two")
+    git(repo, "add", "b.txt")
+    git(repo, "commit", "-q", "-m", "two")
     ctx = observe(repo)
     assert ctx is not None
-    assert (ctx.branch, ctx.commit) == ("feat/x", _git(repo, "rev-parse", "HEAD"))
+    assert (ctx.branch, ctx.commit) == ("feat/x", git(repo, "rev-parse", "HEAD"))
     assert "SECRET" not in repr(ctx)
     assert repository_of(repo) == "github.com/acme/api"
 
 
 def test_observe_reads_packed_refs_detached_heads_and_worktrees(repo: Path, tmp_path: Path) -> None:
-    head = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "pack-refs", "--all")
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "pack-refs", "--all")
     assert not (repo / ".git" / "refs" / "heads" / "main").exists()
     assert observe(repo) == GitContext("github.com/acme/api", "main", head, "observed")
-    _git(repo, "worktree", "add", "-q", "-b", "side", str(tmp_path / "side"))
+    git(repo, "worktree", "add", "-q", "-b", "side", str(tmp_path / "side"))
     assert observe(tmp_path / "side") == GitContext("github.com/acme/api", "side", head, "observed")
-    _git(repo, "checkout", "-q", "--detach")
+    git(repo, "checkout", "-q", "--detach")
     assert observe(repo) == GitContext("github.com/acme/api", None, head, "observed")
 
 

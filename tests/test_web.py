@@ -34,7 +34,7 @@ from skilld.web.security import (
     read_token,
     session_value,
 )
-from tests.conftest import Workspace, conversation
+from tests.conftest import Workspace, conversation, git
 from tests.fakellm import FakeLLM, skill_reply
 
 ORIGIN = "http://127.0.0.1:8741"
@@ -130,12 +130,8 @@ def test_a_skill_page_shows_where_each_version_came_from(
         ("commit", "-q", "--allow-empty", "-m", "one"),
         ("remote", "add", "origin", "git@github.com:acme/api.git"),
     ):
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True
-        )
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout.strip()
+        git(repo, *args)
+    commit = git(repo, "rev-parse", "HEAD")
     workspace.llm_url = fake_llm.base_url
     workspace.write_config()
     workspace.add_session("s1", [{**m, "cwd": str(repo)} for m in conversation()])
