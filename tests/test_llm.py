@@ -1,5 +1,6 @@
 import json
 import random
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from skilld.llm import (
     LLMError,
     LLMReply,
     LLMSettings,
+    _tls_context,
     backoff_delay,
     parse_retry_after,
 )
@@ -766,3 +768,25 @@ async def test_explicit_format_refusal_is_remembered_even_if_the_call_fails(
         await client.chat(MESSAGES, json_schema=SCHEMA)
     formats = [body["response_format"]["type"] for body in harness.bodies()]
     assert formats == ["json_schema", "json_object", "json_object"]
+
+
+@pytest.mark.parametrize(
+    ("url", "environ", "bundle"),
+    [
+        ("https://api.deepseek.com/v1/chat/completions", {}, True),
+        ("http://127.0.0.1:11434/v1/chat/completions", {"HTTP_PROXY": "https://proxy:3128"}, True),
+        ("http://127.0.0.1:11434/v1/chat/completions", {"all_proxy": "https://proxy:3128"}, True),
+        ("http://127.0.0.1:11434/v1/chat/completions", {"HTTPS_PROXY": "https://proxy"}, False),
+        ("http://127.0.0.1:11434/v1/chat/completions", {}, False),
+    ],
+)
+def test_plain_http_without_a_proxy_skips_the_ca_bundle_and_fails_closed(
+    url: str, environ: dict[str, str], bundle: bool
+) -> None:
+    context = _tls_context(url, environ)
+    if bundle:
+        assert context is True  # httpx's default: verify against the CA bundle
+    else:
+        assert isinstance(context, ssl.SSLContext)
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+        assert context.cert_store_stats()["x509_ca"] == 0  # trusts nobody

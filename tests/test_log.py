@@ -70,3 +70,18 @@ def test_logging_loads_on_the_first_line_logged() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "True"]
     assert json.loads(result.stderr)["event"] == "hello"
+
+
+def test_a_line_below_the_level_does_not_load_structlog() -> None:
+    """A one-shot command logs at warning: the info line of an event it records is dropped
+    without loading structlog, and a warning still loads it and is written."""
+    probe = (
+        "import sys; from skilld.log import configure_logging, get_logger;"
+        "configure_logging('json', 'warning'); log = get_logger('x');"
+        "log.info('dropped'); log.debug('dropped'); after_info = 'structlog' in sys.modules;"
+        "log.warning('kept'); print(after_info, 'structlog' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
+    assert [json.loads(line)["event"] for line in result.stderr.splitlines()] == ["kept"]

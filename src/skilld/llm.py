@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import os
 import random
 import time
 from collections import deque
@@ -19,13 +20,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import TYPE_CHECKING, Any, Final, Literal, Self
+from urllib.parse import urlsplit
 
 import anyio
-import httpx
 
 from skilld import __version__
 from skilld.log import get_logger
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
 
 ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "none"]
 FormatLevel = Literal["json_schema", "json_object", "none"]
@@ -325,24 +331,16 @@ class LLMClient:
     ) -> None:
         """`spent`: wall-clock times of the calls of the last hour (`spend_record()` of an
         earlier client), so that the spend cap survives a reload or a restart."""
-        url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError("LLM base_url must be an absolute http:// or https:// URL")
+        self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        self._host = _host_of(self._url)
         self.settings = settings
-        self._url = url
-        self._host = url.host
         self._clock = clock
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
-        headers = {"Accept": "application/json", "User-Agent": f"skilld/{__version__}"}
-        if settings.api_key:
-            headers["Authorization"] = f"Bearer {settings.api_key}"
-        self._http = httpx.AsyncClient(
-            transport=transport,
-            headers=headers,
-            timeout=httpx.Timeout(settings.timeout_seconds),
-            follow_redirects=False,
-        )
+        self._transport = transport
+        # Made at the first call: httpx and its TLS set-up cost a tenth of a second of CPU, which
+        # a `skilld once` with nothing to reflect need not pay.
+        self._http: httpx.AsyncClient | None = None
         self._in_flight = anyio.Semaphore(max(1, settings.max_concurrency))
         now, wall = clock(), time.time()
         self._budget = _HourlyBudget(
@@ -368,7 +366,24 @@ class LLMClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            import httpx
+
+            headers = {"Accept": "application/json", "User-Agent": f"skilld/{__version__}"}
+            if self.settings.api_key:
+                headers["Authorization"] = f"Bearer {self.settings.api_key}"
+            self._http = httpx.AsyncClient(
+                transport=self._transport,
+                headers=headers,
+                timeout=httpx.Timeout(self.settings.timeout_seconds),
+                follow_redirects=False,
+                verify=_tls_context(self._url, os.environ),
+            )
+        return self._http
 
     async def chat(
         self,
@@ -506,11 +521,14 @@ class LLMClient:
             retries_used += 1
 
     async def _send(self, body: dict[str, Any]) -> httpx.Response:
+        http = self._client()
+        import httpx  # loaded by `_client`
+
         async with self._in_flight:
             self._budget.spend(self._clock())
             try:
                 with anyio.fail_after(self.settings.timeout_seconds):
-                    return await self._http.post(self._url, json=body)
+                    return await http.post(self._url, json=body)
             except (TimeoutError, httpx.TimeoutException):
                 raise LLMError(
                     "timeout",
@@ -528,6 +546,8 @@ class LLMClient:
                     "transport",
                     self._scrub(f"{type(error).__name__} talking to {self._host}: {error}"),
                 ) from None
+            except httpx.InvalidURL as error:  # a base_url only httpx's stricter parser refuses
+                raise LLMError("bad_request", self._scrub(f"llm.base_url: {error}")) from None
 
     async def _wait_before_retry(
         self, retry_index: int, retry_after: float | None, error: LLMError
@@ -629,3 +649,28 @@ def _usage(usage: object) -> dict[str, int]:
         for key in ("prompt_tokens", "completion_tokens", "total_tokens")
         if isinstance(value := usage.get(key), int) and not isinstance(value, bool)
     }
+
+
+def _host_of(url: str) -> str:
+    """The host of an absolute http(s) URL; ValueError for anything else."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("LLM base_url must be an absolute http:// or https:// URL")
+    _ = parts.port  # raises ValueError for a port that is not a number in range
+    return parts.hostname
+
+
+_PROXY_VARIABLES = ("http_proxy", "all_proxy")
+
+
+def _tls_context(url: str, environ: Mapping[str, str]) -> ssl.SSLContext | bool:
+    """httpx's default (verify against the CA bundle) unless no TLS can ever be used: a model
+    server on plain http, reached without a proxy. Then a context that trusts no CA at all,
+    so that TLS, were it ever asked for, fails closed; it spares the 50 ms it takes to load
+    the bundle in every `skilld once` that talks to a local model."""
+    proxied = any(environ.get(name) or environ.get(name.upper()) for name in _PROXY_VARIABLES)
+    if urlsplit(url).scheme != "http" or proxied:
+        return True
+    import ssl
+
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -13,6 +13,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+_METHOD_LEVELS = {**_LEVELS, "exception": 40, "critical": 50}
 
 #: The settings of the last `configure_logging` call not yet applied to structlog.
 _pending: tuple[str, str, Any] | None = None
@@ -80,11 +81,27 @@ class _Logger:
 
     def __getattr__(self, attribute: str) -> Any:
         if self._logger is None:
+            if _filtered_before_loading(attribute):
+                return _drop
             import structlog
 
             _apply()
             self._logger = structlog.get_logger(self._name)
         return getattr(self._logger, attribute)
+
+
+def _filtered_before_loading(method: str) -> bool:
+    """Whether a line logged with `method` is below the configured level while structlog is
+    not loaded yet: a one-shot command logs at warning, and the info line of each event it
+    records would load structlog (and asyncio, through it) only to drop that line."""
+    if _applied or _pending is None:
+        return False
+    rank = _METHOD_LEVELS.get(method)
+    return rank is not None and rank < _LEVELS.get(_pending[1], 20)
+
+
+def _drop(*_args: Any, **_fields: Any) -> None:
+    return None
 
 
 def get_logger(name: str = "skilld") -> Any:

@@ -13,15 +13,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.app import App
-from skilld.curator.consolidate import ConsolidationReport, consolidate
 from skilld.curator.passes import LifecycleReport, read_last_run, run_lifecycle, write_last_run
 from skilld.fsutil import atomic_write
-from skilld.llm import LLMClient
 from skilld.log import get_logger
 from skilld.skills.library import Library
+
+if TYPE_CHECKING:
+    from skilld.curator.consolidate import ConsolidationReport
+    from skilld.llm import LLMClient
 
 Clock = Callable[[], datetime]
 Decision = Literal["defer", "due", "wait"]
@@ -89,6 +91,8 @@ async def curate(
         # Claimed before the pass: a pass that keeps failing costs one error per interval,
         # not one per daemon tick.
         write_last_run(app, now)
+    if llm is not None:
+        from skilld.curator.consolidate import consolidate  # a pass a day: not at every start
     for library in app.all_libraries() if libraries is None else libraries:
         run.lifecycle.append(run_lifecycle(app, library, now=now, dry_run=dry_run))
         if llm is not None:
