@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -134,6 +136,20 @@ class Workspace:
             timeout=timeout,
         )
 
+    def cli_here(self, *args: str) -> str:
+        """`skilld ARGS` in the test's own process, returning its standard output; a non-zero
+        exit fails the test. For setting the scene, where what the command leaves behind is
+        what the test reads, not its process: a tenth of a subprocess's CPU."""
+        from skilld.cli import main
+
+        if not self.config_path.exists():
+            self.write_config()
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            code = main(["--config", str(self.config_path), *args])
+        assert code == 0, f"skilld {' '.join(args)} exited {code}"
+        return output.getvalue()
+
     def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
         if not self.config_path.exists():
             self.write_config()
@@ -149,9 +165,7 @@ class Workspace:
         args = ["events", "--json"]
         for kind in kinds:
             args += ["--kind", kind]
-        result = self.cli(*args)
-        assert result.returncode == 0, result.stderr
-        return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+        return [json.loads(line) for line in self.cli_here(*args).splitlines() if line.strip()]
 
     def add_session(self, name: str, messages: list[dict[str, Any]]) -> Path:
         self.sessions.mkdir(parents=True, exist_ok=True)

@@ -50,10 +50,7 @@ def client_for(workspace: Workspace, token: str | None = None) -> TestClient:
 
 
 def write_skill(workspace: Workspace, name: str, description: str, content: str) -> None:
-    result = workspace.cli(
-        "skills", "write", name, "--description", description, "--content", content
-    )
-    assert result.returncode == 0, result.stderr
+    workspace.cli_here("skills", "write", name, "--description", description, "--content", content)
 
 
 def post(client: TestClient, verb: str, **fields: str) -> httpx.Response:

@@ -165,6 +165,10 @@ class Campaign:
         wanted = {**names, **landing}
         if not self._wait(lambda: self._settled_or_failed(wanted)):
             self.violations.append(f"{fault}: the proposals were never judged")
+        # The tick that failed the write records its events after the state says `failed`:
+        # count from the end of that tick on.
+        if not notify.wait_full_tick():
+            self.violations.append(f"{fault}: the daemon stopped ticking")
         calls, events = self.proposer.calls, self._event_count()
         for _ in range(ticks):
             if not notify.wait_full_tick():
