@@ -270,23 +270,32 @@ def expected_body(body: str) -> str:
 
 
 def expected_fields(description: str, when_to_use: str, dialect: str) -> tuple[str, str | None]:
-    """Description and when-to-use as read back: the agentskills fold normalised (its own
-    tests are in test_document.py), the hermes when-to-use on one line, triggers broken."""
-    when: str | None = when_to_use or None
+    """Description and when-to-use as read back: triggers broken, then the agentskills fold
+    normalised (its own tests are in test_document.py), the hermes when-to-use on one line."""
+    neutral = neutralise_shell_injection
+    description, when = neutral(description), (neutral(when_to_use) or None)
     if dialect == "agentskills":
         folded = fold_description(description, when)
         before, marker, after = folded.partition(AGENTSKILLS_WHEN_MARKER)
         description, when = (before, after) if marker and after else (folded, None)
     if dialect == "hermes" and when is not None:
         when = " ".join(when.split()) or None
-    neutral = neutralise_shell_injection
-    return neutral(description), (neutral(when) if when else None)
+    return description, when
 
 
 def test_frontmatter_round_trip(full_size: bool, campaign_figures: Any) -> None:
     counts: Counter[str] = Counter()
     tally = Tally()
 
+    @example(  # found by this campaign: the trigger broken after the fold changed its case
+        name="a",
+        description="yes",
+        when_to_use="A!`0",
+        body="0",
+        metadata={},
+        disable=False,
+        dialect="agentskills",
+    )
     @example(
         name="a",
         description="Deploy: the 'app' # now",

@@ -510,7 +510,12 @@ def render_skill(doc: SkillDoc, dialect: str) -> str:
         frontmatter["description"] = neutralise(doc.description)
         body = _with_when_section(body, when_to_use)
     elif dialect == "agentskills":
-        frontmatter["description"] = neutralise(fold_description(doc.description, when_to_use))
+        # Each part is neutralised before the fold reads its first word (a trigger broken
+        # after it would change that word's case on the next render), and the whole after.
+        folded = fold_description(
+            neutralise(doc.description), when_to_use and neutralise(when_to_use)
+        )
+        frontmatter["description"] = neutralise(folded)
     else:
         frontmatter["description"] = neutralise(doc.description)
         if when_to_use is not None:
