@@ -21,6 +21,17 @@ from skilld.state import StateDB
 from tests.fakellm import FakeLLM
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite keeps bytecode even where PYTHONDONTWRITEBYTECODE is set (as on this
+    project's machines): pytest then rewrites the asserts of every test module in every
+    worker on every run (7 s of CPU a worker), and each of the suite's thousand `skilld`
+    processes compiles every module it imports (0.17 s of the 0.45 s a `skilld once` costs).
+    Run before the workers start, so that they and every process the tests start inherit it.
+    An installed skilld has its bytecode from pip."""
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _config_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every skilld the tests start keeps its config cache in the session's temp dir, not in
