@@ -19,6 +19,7 @@ from skilld.sync.git import Git, GitError
 #: A file in a tree: (mode, object id). Trees compare entries by these.
 Entry = tuple[str, str]
 
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _AUTHOR = re.compile(r"^author (?P<name>.*) <(?P<email>.*)> (?P<date>\d+ [+-]\d{4})$")
 
 
@@ -179,6 +180,8 @@ def tree_of(git: Git, commit: str) -> str:
 
 
 def is_ancestor(git: Git, ancestor: str, descendant: str) -> bool:
+    if ancestor == descendant and _FULL_SHA.fullmatch(ancestor):
+        return True  # a commit is its own ancestor: the common case of a round with no news
     result = git.run("merge-base", "--is-ancestor", ancestor, descendant, check=False)
     if result.returncode not in (0, 1):
         raise GitError(result.stderr.strip() or "git merge-base failed", args=("merge-base",))
