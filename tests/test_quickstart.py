@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.fakellm import FakeLLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +69,7 @@ def test_two_commands_install_and_test() -> None:
     assert "pip install --quiet -e '.[test]'" in ci and "python -m pytest" in ci
 
 
+@pytest.mark.slow
 def test_first_command_installs_and_runs_the_daemon(tmp_path: Path, fake_llm: FakeLLM) -> None:
     install_and_run = quick_start_commands()[0]
     work = tmp_path / "skilld"

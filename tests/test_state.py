@@ -185,6 +185,7 @@ def test_detail_keys_may_repeat_column_names(tmp_path: Path) -> None:
         assert event.reason == "r" and event.detail == {"reason": "x", "event": "y"}
 
 
+@pytest.mark.slow
 def test_many_openers_of_a_new_state_db_all_get_it_in_wal_mode(tmp_path: Path) -> None:
     """Converting a file to WAL needs it to itself and SQLite answers "busy" at once rather
     than wait: without a retry about one round in thirty lost an opener here."""

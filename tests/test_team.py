@@ -27,6 +27,9 @@ from tests.fakellm import FakeLLM, Reply, skill_reply, skip_reply
 from tests.synchosts import Person, bare_remote, plain_git
 
 #: A reflection's user message names its session; a merge request's, the skill and the session.
+#: Each test here runs three hosts' syncs and ticks: 4 to 10 s.
+pytestmark = pytest.mark.slow
+
 SESSION = re.compile(r"^(?:Merge into \S+: session|Session) (\S+) \(")
 #: What only ever lives on one host (DESIGN.md §10): never in the repository.
 HOST_LOCAL = re.compile(r"(^|/)(\.usage\.json.*|\.usage\.journal|.*\.skilld-tmp-.*)$")

@@ -209,6 +209,7 @@ def test_hostile_text_stays_text(panel: Panel, page: Page) -> None:
     assert page.evaluate("window.pwned") is None
 
 
+@pytest.mark.slow
 def test_the_readme_screenshot_is_made_in_a_demo_folder(fake_llm: FakeLLM, tmp_path: Path) -> None:
     fake_llm.responder = lambda request: skill_reply(f"lesson-{len(fake_llm.requests)}")
     demo, picture = tmp_path / "demo", tmp_path / "panel.png"

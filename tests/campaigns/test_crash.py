@@ -378,6 +378,7 @@ def finish(campaign: Campaign) -> tuple[list[str], dict[str, int]]:
     return violations, figures
 
 
+@pytest.mark.slow
 def test_crash_campaign(
     workspace: Workspace,
     fake_llm: FakeLLM,

@@ -275,6 +275,7 @@ def hostile_cases(team: Team, big: int) -> list[list[Case]]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_hostile_remote_never_reaches_outside_a_library(
     team: Team, full_size: bool, campaign_figures: Callable[..., str]
 ) -> None:

@@ -507,6 +507,7 @@ def run_phase_bound_violations(
     return violations
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_llm_fault_campaign(
     tmp_path: Path,

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from skilld.state import StateDB
 from tests.campaigns.harness import (
     WindowAsked,
@@ -359,6 +361,7 @@ def outage_by_run(root: Path, kind: str, ticks: int, rng: random.Random) -> Outc
     return outcome
 
 
+@pytest.mark.slow
 def test_outage_campaign(
     tmp_path: Path, full_size: bool, campaign_figures: Callable[..., str]
 ) -> None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from skilld.state import StateDB
 from tests.campaigns.harness import (
     log_problems,
@@ -262,6 +264,7 @@ def by_once(root: Path, fake: FakeLLM, cycles: int, rng: random.Random) -> Outco
     return outcome
 
 
+@pytest.mark.slow
 def test_vanishing_roots_campaign(
     tmp_path: Path, fake_llm: FakeLLM, full_size: bool, campaign_figures: Callable[..., str]
 ) -> None:
