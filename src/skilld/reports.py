@@ -148,10 +148,10 @@ def learned_on(git: dict[str, Any] | None, repository: str | None, branch: str |
 
 def _stored_git(text: str | None) -> GitContext | None:
     """A git context as state.db keeps it (JSON), read back as untrusted."""
+    if not text:
+        return None  # learned outside a repository, or before skilld kept where
     from skilld.gitinfo import from_json
 
-    if not text:
-        return None
     try:
         return from_json(json.loads(text))
     except ValueError:
