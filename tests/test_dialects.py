@@ -393,6 +393,10 @@ def test_a_remote_commit_bringing_a_live_trigger_is_refused(tmp_path: Path) -> N
     assert report.error == f"refused: status/SKILL.md: {LIVE_TRIGGER}"
     assert bravo.head_tree() == good
     assert not (bravo.skills / "status").exists()
+    # status and doctor read the same refusal from the last fetch, with its repair.
+    [problem] = bravo.repo.status().problems
+    assert problem.code == "refused" and "status/SKILL.md" in problem.message
+    assert LIVE_TRIGGER in problem.message
 
     # Once the remote breaks the trigger, the round goes on.
     person.edit("status/SKILL.md", live.replace(b"!`", b"! `"), "break the trigger")

@@ -15,6 +15,8 @@ top-level files; nothing else is ever checked out, and nothing else is ever comm
   but a plain or executable file, a file over `MAX_FILE_BYTES`.
 * `check_tree(git, commit)`: every file of a fetched commit's tree against both, in one
   `git ls-tree` call; the problems, each naming the commit that brought its path.
+* `refusals_of(git, commit)`: those, and every skill the commit brings with a live load-time
+  shell trigger: what a sync round refuses, and what `status` and `doctor` read back.
 
 `.gitattributes` is allowed but never honoured: `neutralise_attributes` writes
 `$GIT_DIR/info/attributes`, which git ranks above every `.gitattributes`, unsetting each
@@ -32,6 +34,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from skilld.skills.document import neutralise_file
 from skilld.skills.layout import ARCHIVE_DIR
 from skilld.skills.names import MAX_NAME_LENGTH, NAME_PATTERN, is_safe_path_component
 from skilld.sync.git import Git
@@ -42,7 +45,9 @@ from skilld.sync.layout import (
     META_DIR,
     USAGE_DIR,
     check_host,
+    skill_name_of_path,
 )
+from skilld.sync.objects import diff_trees, read_objects
 
 #: The largest file a remote may bring (a skill is a page of Markdown and a few scripts).
 MAX_FILE_BYTES = 1 << 20
@@ -179,6 +184,35 @@ def check_tree(
         if why is not None:
             found.append((path, why))
     return [refusal(git, tip, since, path, why) for path, why in found]
+
+
+def refusals_of(
+    git: Git, tip: str, *, since: str | None, limit: int = MAX_FILE_BYTES
+) -> list[Refusal]:
+    """Everything the fetched `tip` may not bring: `check_tree`'s paths and entries, then
+    every skill it brings with a live load-time shell trigger. The one check a sync round
+    applies before it moves and `status` and `doctor` read back from the last fetch."""
+    refusals = check_tree(git, tip, since=since, limit=limit)
+    return refusals + _live_triggers(git, tip, since, {r.path for r in refusals})
+
+
+def _live_triggers(git: Git, tip: str, since: str | None, refused: set[str]) -> list[Refusal]:
+    """No skill the remote brings may run anything as an agent loads it (docs/security.md):
+    a teammate's file, or one an older skilld wrote, with a load-time shell trigger is
+    refused like any path a library may not hold. skilld does not rewrite it: it is not
+    its own."""
+    brought = {
+        change.new[1]: change.path
+        for change in diff_trees(git, [(tip, since)]).get(tip, [])
+        if change.new is not None
+        and change.path not in refused
+        and skill_name_of_path(change.path) is not None
+    }
+    return [
+        refusal(git, tip, since, brought[object_id], LIVE_TRIGGER)
+        for object_id, data in sorted(read_objects(git, brought).items())
+        if neutralise_file(data) != data
+    ]
 
 
 #: Why a skill file with a load-time shell trigger is refused (docs/security.md).

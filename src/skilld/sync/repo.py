@@ -44,18 +44,15 @@ from skilld.fsutil import (
     write_tree_file,
 )
 from skilld.log import get_logger
-from skilld.skills.document import neutralise_file
 from skilld.sync.git import Git, GitError, find_git
 from skilld.sync.health import Problem, diagnose, remote_rewritten, unrelated_history
 from skilld.sync.incoming import (
-    LIVE_TRIGGER,
     MAX_FILE_BYTES,
     Refusal,
-    check_tree,
     entry_problem,
     neutralise_attributes,
     path_problem,
-    refusal,
+    refusals_of,
     shown,
 )
 from skilld.sync.layout import (
@@ -78,7 +75,7 @@ from skilld.sync.manifest import (
 )
 from skilld.sync.messages import GITIGNORE as GITIGNORE_EVENT
 from skilld.sync.messages import HAND_EDIT, JOINED, RECOVERED, USAGE, change_message
-from skilld.sync.objects import diff_trees, is_ancestor, read_objects
+from skilld.sync.objects import is_ancestor, read_objects
 from skilld.sync.remote import (
     FETCHED_REF,
     RemoteRewritten,
@@ -286,7 +283,7 @@ class TeamRepo:
         since = since or self._head()  # never synced: the join
         if since is None or fetched == since or is_ancestor(self.git, fetched, since):
             return []
-        refusals = check_tree(self.git, fetched, since=since, limit=self.max_file_bytes)
+        refusals = refusals_of(self.git, fetched, since=since, limit=self.max_file_bytes)
         return [
             Problem(
                 "refused",
@@ -546,31 +543,12 @@ class TeamRepo:
         """Raise _Refused when the fetched `tip` holds what a library may not (incoming.py):
         then nothing moves, and the work tree stays at its last good commit."""
         neutralise_attributes(self._git_dir())
-        refusals = check_tree(self.git, tip, since=since, limit=self.max_file_bytes)
-        refusals += self._live_triggers(tip, since, {r.path for r in refusals})
+        refusals = refusals_of(self.git, tip, since=since, limit=self.max_file_bytes)
         if refusals:
             for refusal in refusals:
                 self._log.warning("sync_refused", root=str(self.root), commit=refusal.commit,
                                   path=refusal.path, why=refusal.why)  # fmt: skip
             raise _Refused(refusals)
-
-    def _live_triggers(self, tip: str, since: str | None, refused: set[str]) -> list[Refusal]:
-        """No skill the remote brings may run anything as an agent loads it (docs/security.md):
-        a teammate's file, or one an older skilld wrote, with a load-time shell trigger is
-        refused like any path a library may not hold. skilld does not rewrite it: it is not
-        its own."""
-        brought = {
-            change.new[1]: change.path
-            for change in diff_trees(self.git, [(tip, since)]).get(tip, [])
-            if change.new is not None
-            and change.path not in refused
-            and skill_name_of_path(change.path) is not None
-        }
-        return [
-            refusal(self.git, tip, since, brought[object_id], LIVE_TRIGGER)
-            for object_id, data in sorted(read_objects(self.git, brought).items())
-            if neutralise_file(data) != data
-        ]
 
     def _move_branch(self, head: str, target: str) -> None:
         """Move the branch and the work tree from `head` to `target`. `reset --keep` refuses
