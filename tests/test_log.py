@@ -58,30 +58,29 @@ def test_no_log_line_carries_a_secret_even_in_an_exception() -> None:
     assert "[REDACTED:" in lines[0]["error"] and "[REDACTED:" in lines[0]["exception"]
 
 
-def test_logging_loads_on_the_first_line_logged() -> None:
-    """A one-shot command configures logging and logs nothing: structlog never loads."""
+def logged_in_a_new_process(level: str, *lines: tuple[str, str]) -> tuple[list[bool], list[str]]:
+    """Log `lines` ((method, event) pairs) at `level` in a new interpreter: whether structlog
+    was loaded before the first line and after each, and the events written."""
     probe = (
-        "import sys; from skilld.log import configure_logging, get_logger;"
-        "configure_logging('json', 'info'); log = get_logger('x');"
-        "before = 'structlog' in sys.modules; log.info('hello');"
-        "print(before, 'structlog' in sys.modules)"
+        "import sys; from skilld.log import configure_logging, get_logger\n"
+        f"configure_logging('json', {level!r}); log = get_logger('x')\n"
+        "print('structlog' in sys.modules)\n"
+        f"for method, event in {lines!r}:\n"
+        "    getattr(log, method)(event); print('structlog' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "True"]
-    assert json.loads(result.stderr)["event"] == "hello"
+    loaded = [word == "True" for word in result.stdout.split()]
+    return loaded, [json.loads(line)["event"] for line in result.stderr.splitlines()]
+
+
+def test_logging_loads_on_the_first_line_logged() -> None:
+    """A one-shot command configures logging and logs nothing: structlog never loads."""
+    assert logged_in_a_new_process("info", ("info", "hello")) == ([False, True], ["hello"])
 
 
 def test_a_line_below_the_level_does_not_load_structlog() -> None:
     """A one-shot command logs at warning: the info line of an event it records is dropped
     without loading structlog, and a warning still loads it and is written."""
-    probe = (
-        "import sys; from skilld.log import configure_logging, get_logger;"
-        "configure_logging('json', 'warning'); log = get_logger('x');"
-        "log.info('dropped'); log.debug('dropped'); after_info = 'structlog' in sys.modules;"
-        "log.warning('kept'); print(after_info, 'structlog' in sys.modules)"
-    )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "True"]
-    assert [json.loads(line)["event"] for line in result.stderr.splitlines()] == ["kept"]
+    lines = (("info", "dropped"), ("debug", "dropped"), ("warning", "kept"))
+    assert logged_in_a_new_process("warning", *lines) == ([False, False, False, True], ["kept"])

@@ -827,14 +827,15 @@ def test_transcript_normalisers_never_raise_and_count(
     """One test a kind, so that the suite's workers share them."""
     examples = FULL_EXAMPLES if full_size else NORMAL_TRANSCRIPT_EXAMPLES
     tally = Tally()
-    if kind in LINE_SOURCES:
-        counts = fuzz_line_source(kind, examples, tmp_path, tally)
-        figure = f"{counts['examples']}ex/{counts['lines']}lines/{counts['skipped']}skipped"
-    elif kind == "hermes":
+    if kind == "hermes":
         counts = fuzz_hermes(examples, tmp_path, tally)
         figure = f"{counts['examples']}ex/{counts['rows']}rows"
     else:
-        counts = fuzz_dsh(examples, tmp_path, tally, compressed=kind == "dsh-zstd")
+        counts = (
+            fuzz_line_source(kind, examples, tmp_path, tally)
+            if kind in LINE_SOURCES
+            else fuzz_dsh(examples, tmp_path, tally, compressed=kind == "dsh-zstd")
+        )
         figure = f"{counts['examples']}ex/{counts['lines']}lines/{counts['skipped']}skipped"
     campaign_figures(
         f"fuzz transcripts {kind}", examples=figure, checked=tally.checked, failed=tally.failed
