@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skilld.evolve.window import estimate_tokens
-from skilld.llm import LLMReply
+from skilld.llm import LLMError, LLMReply
 
 #: How many source errors a tick keeps for `status`; the total is always counted.
 MAX_REPORTED_SOURCE_ERRORS = 100
@@ -26,6 +26,15 @@ def add_daily_spend(
         totals[key] = int(totals.get(key, 0)) + value
     merged = {**daily, day: totals}
     return {key: merged[key] for key in sorted(merged)[-DAILY_SPEND_DAYS:]}
+
+
+class Outage(Exception):
+    """The LLM cannot answer now (down, refusing our key or model, the spend cap, an open
+    circuit). Ends the tick's LLM work; nothing is given up."""
+
+    def __init__(self, error: LLMError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass

@@ -13,7 +13,7 @@ and nothing is paid for twice:
    merge into the current text of the skill it changes, the cap) and written; its event commits
    together with the proposal's removal. A proposal that cannot be written yet (the cap, a full
    disk, the LLM down for its merge) stays kept and is settled again on a later tick, with no
-   new reflection.
+   new reflection. `evolve.settlement` decides, `evolve.settler` gathers its facts and acts.
 
 Whose fault is a failure? Only the window's own (a 400 that names the request, a reply that
 breaks the contract after its repair) counts toward `max_attempts`. An outage of the LLM or a
@@ -42,17 +42,12 @@ from skilld.evolve._judge import (
     Rules,
     Skip,
     Verdict,
-    branch_hold,
-    hold_reason,
     is_windows_fault,
     judge_reply,
-    near_duplicate,
-    redirect,
 )
 from skilld.evolve.backlog import PROMPT_CHARS_KEY, ready_windows, summary_of
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
 from skilld.evolve.prompt import (
-    PROMPT_VERSION,
     PromptSettings,
     build_merge_messages,
     build_messages,
@@ -61,39 +56,29 @@ from skilld.evolve.prompt import (
 from skilld.evolve.report import (
     DAILY_SPEND_KEY,
     MAX_REPORTED_SOURCE_ERRORS,
+    Outage,
     Spend,
     TickReport,
     WindowRecord,
     add_daily_spend,
 )
 from skilld.evolve.review import ReviewQueue
+from skilld.evolve.settler import Settler
 from skilld.evolve.window import (
     delimit,
     encode_message,
     render_window,
 )
 from skilld.evolve.wiring import SourceBinding
-from skilld.gitinfo import GitContext, completed, from_json, observe, repository_of
+from skilld.gitinfo import GitContext, completed, from_json, observe
 from skilld.llm import LLMClient, LLMError
 from skilld.log import get_logger
-from skilld.projects import (
-    ProjectDecision,
-    pattern_kind,
-    project_decision,
-    resolve_pattern,
-    skills_dir_state,
-)
 from skilld.redact import redact
-from skilld.routing import project_root, project_skills_dir, resolved_home
-from skilld.skills.document import SkillDoc, same_text
+from skilld.routing import project_root, project_skills_dir
+from skilld.skills.document import SkillDoc
 from skilld.skills.library import (
     Library,
-    Origin,
-    Refused,
     SkillEntry,
-    Unchanged,
-    WriteFailed,
-    Written,
 )
 from skilld.state import Held, KeptProposal, SessionState, utc_now_iso
 from skilld.transcripts.model import Message, SkillSignal
@@ -122,15 +107,6 @@ class Job:
         return self.first_message + len(self.messages) - 1
 
 
-class Outage(Exception):
-    """The LLM cannot answer now (down, refusing our key or model, the spend cap, an open
-    circuit). Ends the tick's LLM work; nothing is given up."""
-
-    def __init__(self, error: LLMError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 class Evolver:
     def __init__(
         self,
@@ -148,6 +124,13 @@ class Evolver:
         self.clock = clock
         self.system_prompt = system_prompt
         self.review = ReviewQueue(self.config.state.dir / "pending")
+        self.settler = Settler(
+            app,
+            self.review,
+            listing=self._listing,
+            written=self._forget_listing,
+            merge=self._merge,
+        )
         self.log = get_logger("skilld.evolve")
         self._by_id = {binding.id: binding for binding in sources}
         #: An open circuit is reported once per opening, not once per tick it stays open.
@@ -294,6 +277,9 @@ class Evolver:
         if library.name not in self._listings:
             self._listings[library.name] = library.discover()
         return self._listings[library.name]
+
+    def _forget_listing(self, library: Library) -> None:
+        self._listings.pop(library.name, None)
 
     def _skills_dirs(self, user: Library, cwd: str | None) -> dict[Path, Library]:
         """Every skills dir a session may read a skill from: each library's, and its project's."""
@@ -453,7 +439,7 @@ class Evolver:
             report.records.append(self._record(job, kind, None, spend))
             return
         kept = self._keep(session, job, verdict)
-        outcome, library, path = await self._settle(kept, report, spend)
+        outcome, library, path = await self.settler.settle(kept, report, spend)
         report.records.append(self._record(job, outcome, kept.body["name"], spend, library, path))
 
     def _record(
@@ -695,7 +681,7 @@ class Evolver:
                 report.deferred["library not configured"] += 1
                 continue
             try:
-                outcome, library, path = await self._settle(kept, report, Spend())
+                outcome, library, path = await self.settler.settle(kept, report, Spend())
             except Outage as outage:
                 return outage
             if outcome in ("cap", "failed"):
@@ -729,190 +715,6 @@ class Evolver:
         if project_skills_dir(root, user.spec.project_dir) is None:
             return None
         return self.app.project(user, root)
-
-    def _project_decision(self, root: Path, project_dir: str) -> ProjectDecision:
-        """May skilld write into the project at `root` (resolved)? `evolve.projects`, the
-        project's repository and what its skills dir is on disk decide (skilld.projects)."""
-        patterns = [resolve_pattern(pattern) for pattern in self.config.evolve.projects]
-        wants_repository = any(pattern_kind(pattern) == "repository" for pattern in patterns)
-        return project_decision(
-            root,
-            repository=repository_of(root) if wants_repository else None,
-            patterns=patterns,
-            home=resolved_home(),
-            skills_dir=root / project_dir,
-            skills_dir_state=skills_dir_state(root, project_dir),
-        )
-
-    def _target(self, kept: KeptProposal) -> tuple[Library, Path | None]:
-        """Where the proposal goes: the user library, or the session's project library for a
-        project skill (its root, to check whether skilld may write there)."""
-        user = self.app.libraries[kept.library]
-        scoped = self.config.evolve.scope == "auto" and kept.body.get("scope") == "project"
-        root = project_root(user.spec, kept.body.get("cwd")) if scoped else None
-        if root is None:
-            return user, None
-        return self.app.project(user, root), root
-
-    async def _settle(
-        self, kept: KeptProposal, report: TickReport, spend: Spend
-    ) -> tuple[str, str | None, str | None]:
-        """Judge a kept proposal against its library and write it. Returns (outcome, library,
-        path). Raises Outage when its merge needs an LLM that cannot answer."""
-        state = self.app.state
-        body = kept.body
-        library, project_root = self._target(kept)
-        doc = SkillDoc(
-            name=body["name"],
-            description=body["description"],
-            when_to_use=body.get("when_to_use"),
-            body=body["content"],
-        )
-        git = from_json(body.get("git"))
-        origin = Origin(
-            source=kept.source or "evolve",
-            session=kept.session,
-            first_message=kept.first_message,
-            last_message=kept.last_message,
-            model=self.config.llm.model,
-            prompt_version=PROMPT_VERSION,
-            git=git,
-        )
-        window = {"messages": [kept.first_message, kept.last_message], "git": _git_json(git)}
-
-        def finish(
-            outcome_kind: str, commit: Callable[[], None], path: str | None = None
-        ) -> tuple[str, str | None, str | None]:
-            with state.transaction():
-                commit()
-                state.drop_proposal(kept.id)
-            report.outcomes[outcome_kind] += 1
-            return outcome_kind, library.name, path
-
-        held = hold_reason(doc, review_mode=self.config.evolve.publish == "review")
-        if project_root is not None:
-            user_spec = self.app.libraries[kept.library].spec
-            assert user_spec.project_dir is not None  # a project root needs one
-            decision = self._project_decision(project_root, user_spec.project_dir)
-            if not decision.allowed:
-                held = decision.reason
-        if project_root is not None and held is None:
-            held = branch_hold(git.branch if git else None, self.config.evolve.project_branches)
-        if held is not None:
-            path = self.review.stage(
-                doc,
-                origin,
-                library=library.name,
-                storage_key=library.spec.storage_key,
-                reason=body["reason"],
-                held_because=held,
-                project_root=project_root,
-            )
-            target = str(library.root / doc.name)
-
-            def staged() -> None:
-                state.add_event(
-                    "staged",
-                    library=library.name,
-                    skill=doc.name,
-                    session=kept.session,
-                    source=kept.source,
-                    reason=held,
-                    detail={**window, "path": str(path), "target": target, **body.get("near", {})},
-                )
-
-            return finish("staged", staged, str(path))
-
-        near: dict[str, Any] | None = body.get("near")
-        existing = library.entry(doc.name)
-        if existing is None and not body["merged"]:
-            others = [
-                e.doc
-                for e in self._listing(library)
-                if e.root == library.root and e.doc is not None and e.name != doc.name
-            ]
-            near = near_duplicate(doc, others, self.config.evolve.similarity_threshold)
-            if near is not None:
-                doc = redirect(doc, near)
-                existing = library.entry(doc.name)
-        if (
-            existing is not None
-            and existing.doc is not None
-            and not body["merged"]
-            and library.protection(existing, library.usage_record(existing.name)) is None
-            and not same_text(existing.doc, doc, library.form)
-        ):
-            merged = await self._merge(existing.doc, doc, kept, library, report, spend)
-            if isinstance(merged, Failed):
-                if not is_windows_fault(merged.error):
-                    raise Outage(merged.error)
-                merged = Invalid(str(merged.error), "")
-            if isinstance(merged, Skip):
-                unchanged = Unchanged(doc.name, existing.path, existing.sha256 or "")
-                return finish(
-                    "unchanged",
-                    lambda: library.commit(
-                        unchanged,
-                        origin,
-                        reason=merged.reason,
-                        detail={**window, "merge": "declined"},
-                    ),
-                )
-            if isinstance(merged, Invalid):
-                invalid = Refused("invalid", doc.name, f"merge failed: {merged.reason}")
-                return finish(
-                    "invalid",
-                    lambda: library.commit(
-                        invalid, origin, detail={**window, "raw": merged.raw[:RAW_REPLY_LIMIT]}
-                    ),
-                )
-            doc = merged.doc._replace(name=doc.name)
-            body = {
-                **body,
-                "name": doc.name,
-                "description": doc.description,
-                "when_to_use": doc.when_to_use,
-                "content": doc.body,
-                "reason": merged.reason or body["reason"],
-                "merged": True,
-                **({"near": near} if near else {}),
-            }
-            state.update_proposal(kept.id, status=kept.status, note=kept.note, body=body)
-            kept = kept._replace(body=body)
-
-        outcome = library.write(doc, origin)
-        if isinstance(outcome, Written):
-            self._listings.pop(library.name, None)
-        detail = {**window, **(near or {})}
-        if body.get("merged"):
-            detail["merged"] = True
-        if isinstance(outcome, Written | Unchanged):
-            written = outcome
-            return finish(
-                written.kind,
-                lambda: library.commit(written, origin, reason=body["reason"], detail=detail),
-                str(written.path),
-            )
-        if isinstance(outcome, Refused) and outcome.kind == "cap":
-            if kept.status != "cap":
-                with state.transaction():
-                    library.commit(
-                        outcome, origin, detail={**detail, "kept": "written when there is room"}
-                    )
-                    state.update_proposal(kept.id, status="cap", body=body)
-                report.outcomes["cap"] += 1
-            return "cap", library.name, None
-        if isinstance(outcome, WriteFailed):
-            if kept.status != "failed" or kept.note != outcome.reason:
-                with state.transaction():
-                    library.commit(
-                        outcome, origin, detail={**detail, "kept": "written once the fault is gone"}
-                    )
-                    state.update_proposal(kept.id, status="failed", note=outcome.reason, body=body)
-                report.outcomes["error"] += 1
-            return "failed", library.name, None
-        assert isinstance(outcome, Refused)
-        return finish(outcome.kind, lambda: library.commit(outcome, origin, detail=detail))
 
     async def _merge(
         self,
