@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from skilld.errors import StateError
-from skilld.state import _V1, SCHEMA_VERSION, DaemonLock, Held, SessionState, StateDB
+from skilld.state import SCHEMA_VERSION, DaemonLock, Held, SessionState, StateDB
+from skilld.state.db import _V1
 
 
 def test_schema_version_and_wal(tmp_path: Path) -> None:

@@ -1,0 +1,279 @@
+"""`<state_dir>/state.db`: the connection, the schema and its migrations, and the meta values.
+
+Plain `sqlite3`: WAL so that the CLI reads while the daemon writes, a busy timeout so that
+neither fails on contention, and `PRAGMA user_version` for the schema version (migrations are
+additive; a newer schema refuses to start). Each table family is read and written by a module
+of its own beside this one; `skilld.state.StateDB` is made of them.
+"""
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+from skilld.errors import StateError
+
+#: How long a writer waits for another's lock before giving up (seconds).
+BUSY_TIMEOUT_SECONDS = 30
+
+SCHEMA_VERSION = 3
+
+_V1 = """
+    CREATE TABLE events (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts      TEXT NOT NULL,
+        kind    TEXT NOT NULL,
+        skill   TEXT,
+        session TEXT,
+        source  TEXT,
+        reason  TEXT,
+        detail  TEXT
+    );
+    CREATE INDEX events_kind ON events(kind, id);
+    CREATE INDEX events_skill ON events(skill, id);
+    CREATE INDEX events_ts ON events(ts);
+    CREATE TABLE provenance (
+        name           TEXT PRIMARY KEY,
+        path           TEXT NOT NULL,
+        sha256         TEXT NOT NULL,
+        prev_sha256    TEXT,
+        session        TEXT,
+        first_message  INTEGER,
+        last_message   INTEGER,
+        model          TEXT,
+        prompt_version TEXT,
+        created_at     TEXT NOT NULL,
+        updated_at     TEXT NOT NULL
+    );
+    CREATE TABLE sessions (
+        key              TEXT PRIMARY KEY,
+        source           TEXT NOT NULL,
+        cursor           TEXT NOT NULL,
+        reflected        INTEGER NOT NULL DEFAULT 0,
+        pending          TEXT NOT NULL DEFAULT '[]',
+        pending_count    INTEGER NOT NULL DEFAULT 0,
+        pending_chars    INTEGER NOT NULL DEFAULT 0,
+        last_reflect_at  REAL,
+        attempts         INTEGER NOT NULL DEFAULT 0,
+        hold             TEXT,
+        label            TEXT,
+        mtime            REAL,
+        updated_at       REAL NOT NULL
+    );
+    CREATE INDEX sessions_pending ON sessions(pending_count) WHERE pending_count > 0;
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+"""
+
+# Version 2: libraries (provenance per library, events name theirs), held messages one row
+# each (an append costs what it adds, not the whole backlog), judged proposals kept until
+# written, and which sessions used which skill.
+_V2 = """
+    CREATE TABLE provenance_v2 (
+        library        TEXT NOT NULL,
+        name           TEXT NOT NULL,
+        path           TEXT NOT NULL,
+        sha256         TEXT NOT NULL,
+        prev_sha256    TEXT,
+        session        TEXT,
+        first_message  INTEGER,
+        last_message   INTEGER,
+        model          TEXT,
+        prompt_version TEXT,
+        created_at     TEXT NOT NULL,
+        updated_at     TEXT NOT NULL,
+        PRIMARY KEY (library, name)
+    );
+    INSERT INTO provenance_v2
+        SELECT '', name, path, sha256, prev_sha256, session, first_message, last_message,
+               model, prompt_version, created_at, updated_at
+        FROM provenance;
+    DROP TABLE provenance;
+    ALTER TABLE provenance_v2 RENAME TO provenance;
+    ALTER TABLE events ADD COLUMN library TEXT;
+    CREATE INDEX events_library ON events(library, id);
+    ALTER TABLE sessions ADD COLUMN cwd TEXT;
+    ALTER TABLE sessions ADD COLUMN last_append_at REAL;
+    ALTER TABLE sessions ADD COLUMN finished_end INTEGER;
+    ALTER TABLE sessions ADD COLUMN conversational INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN conversational_finished INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE pending (
+        session TEXT NOT NULL,
+        idx     INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (session, idx)
+    ) WITHOUT ROWID;
+    INSERT INTO pending
+        SELECT s.key, s.reflected + CAST(j.key AS INTEGER), j.value
+        FROM sessions AS s, json_each(s.pending) AS j;
+    -- -1: not summarised yet; the supervisor summarises such a session from its rows once.
+    UPDATE sessions SET pending = '[]', hold = NULL, last_append_at = updated_at,
+                        conversational = -1;
+    CREATE TABLE proposals (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        library       TEXT NOT NULL,
+        session       TEXT,
+        source        TEXT,
+        first_message INTEGER,
+        last_message  INTEGER,
+        body          TEXT NOT NULL,
+        status        TEXT NOT NULL,
+        note          TEXT,
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL
+    );
+    CREATE TABLE skill_uses (
+        library TEXT NOT NULL,
+        name    TEXT NOT NULL,
+        session TEXT NOT NULL,
+        uses    INTEGER NOT NULL,
+        last_at TEXT NOT NULL,
+        PRIMARY KEY (library, name, session)
+    ) WITHOUT ROWID;
+"""
+
+# Version 3: where the current version of a skill was learned (gitinfo.GitContext as JSON).
+_V3 = """
+    ALTER TABLE provenance ADD COLUMN git TEXT;
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """A migration script's statements one by one: `executescript` would commit the
+    transaction they must run in."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+
+
+def utc_now_iso(now: float | None = None) -> str:
+    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    return moment.isoformat(timespec="seconds")
+
+
+class Database:
+    """The connection to state.db: its schema, migrations, transactions and meta values.
+    The tables are read and written by the classes `StateDB` is made of (`skilld.state`)."""
+
+    def __init__(self, path: Path, *, clock: Any = time.time) -> None:
+        self.path = path
+        self._clock = clock
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot open {path}: {exc}") from None
+        self.conn.row_factory = sqlite3.Row
+        self._depth = 0
+        try:
+            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_SECONDS * 1000}")
+            self._use_wal()
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise StateError(f"{path} is not a usable state database: {exc}") from None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _use_wal(self) -> None:
+        """Put the file in WAL mode, which it keeps: only its first opener converts it.
+
+        Converting needs the file to itself, and SQLite answers "busy" at once instead of
+        running the busy handler: processes that open a new state.db together (a few CLI
+        commands, the daemon) would fail. The conversion is retried within the busy timeout.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+        while True:
+            try:
+                if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.005)
+
+    def _migrate(self) -> None:
+        if self._schema_version() == SCHEMA_VERSION:
+            return
+        # Several processes may open a new (or older) file at once (the daemon, an agent's
+        # hooks, an MCP server): the version is read again under the write lock, so that only
+        # the first migrates. One transaction: a crash mid-migration leaves the old version.
+        with self.transaction():
+            version = self._schema_version()
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _statements(_MIGRATIONS[target - 1]):
+                    self.conn.execute(statement)
+                self.conn.execute(f"PRAGMA user_version = {target}")
+        if version > SCHEMA_VERSION:
+            self.conn.close()
+            raise StateError(
+                f"{self.path} has schema version {version}, newer than this skilld "
+                f"understands ({SCHEMA_VERSION}); upgrade skilld"
+            )
+
+    def _schema_version(self) -> int:
+        version: int = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        return version
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; nested uses join the outer one.
+
+        A failed COMMIT (the disk is full, the database is locked past the busy timeout) rolls
+        back, so the connection never stays inside a transaction nobody will finish.
+        """
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self.conn
+            finally:
+                self._depth -= 1
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield self.conn
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._depth = 0
+
+    # -- meta --------------------------------------------------------------------------------
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, json.dumps(value, default=str)),
+            )
