@@ -6,16 +6,16 @@ every request body is recorded so tests can assert on what left the machine.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 
 @dataclass
@@ -71,7 +71,7 @@ def skip_reply(reason: str = "Nothing reusable.") -> Reply:
     return Reply(body=completion(json.dumps({"evolve": False, "reason": reason})))
 
 
-class FakeLLM:
+class FakeLLM(LoopbackServer):
     """`port` 0 picks a free port; a given one brings a server back where clients look for
     it (after a test closed the previous one to refuse connections)."""
 
@@ -81,28 +81,11 @@ class FakeLLM:
         self.queue: list[Reply] = []
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.default: Reply = skip_reply()
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
+        self._listen(port)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> FakeLLM:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def push(self, *replies: Reply) -> None:
         with self._lock:
@@ -123,12 +106,7 @@ class FakeLLM:
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(length)
@@ -152,15 +130,9 @@ class FakeLLM:
                 if isinstance(body, dict):
                     body = json.dumps(body)
                 data = body.encode() if isinstance(body, str) else body
-                self.send_response(reply.status)
                 content_type = "application/json" if reply.status < 600 else "text/html"
-                self.send_header("Content-Type", reply.headers.get("Content-Type", content_type))
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in reply.headers.items():
-                    if key != "Content-Type":
-                        self.send_header(key, value)
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)
+                extra = {k: v for k, v in reply.headers.items() if k != "Content-Type"}
+                content_type = reply.headers.get("Content-Type", content_type)
+                self.answer(reply.status, content_type, data, extra)
 
         return Handler

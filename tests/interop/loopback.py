@@ -8,15 +8,15 @@ the agent itself sent to the model.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import zstandard
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Captured:
 
 
 @dataclass
-class LoopbackModel:
+class LoopbackModel(LoopbackServer):
     """The recording and the script; subclasses render a turn in their API's wire format."""
 
     script: list[Turn] = field(default_factory=list)
@@ -58,28 +58,11 @@ class LoopbackModel:
     strays: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
+        self._listen()
 
     @property
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LoopbackModel:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def is_model_request(self, method: str, path: str) -> bool:
         raise NotImplementedError
@@ -98,12 +81,7 @@ class LoopbackModel:
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         model = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _body(self) -> bytes:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
@@ -114,26 +92,18 @@ class LoopbackModel:
                     return gzip.decompress(raw)
                 return raw
 
-            def _answer(self, status: int, content_type: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)
-
             def _serve(self) -> None:
                 raw = self._body()
                 path = self.path.split("?", 1)[0]
                 if not model.is_model_request(self.command, path):
                     with model._lock:
                         model.strays.append(f"{self.command} {self.path}")
-                    self._answer(404, "application/json", b'{"error":"not served here"}')
+                    self.answer(404, "application/json", b'{"error":"not served here"}')
                     return
                 request = json.loads(raw)
                 captured = Captured(path, dict(self.headers), request)
                 turn, index = model._next_turn(captured)
-                self._answer(200, "text/event-stream", model.render(turn, request, index))
+                self.answer(200, "text/event-stream", model.render(turn, request, index))
 
             do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _serve
 

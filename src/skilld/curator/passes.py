@@ -95,21 +95,10 @@ def run_lifecycle(
     disabled_key = _disabled_key(library)
     disabled = set(app.state.get_meta(disabled_key, []))
     report = LifecycleReport(now, dry_run, len(entries), len(managed), library=library.name)
-    created: dict[str, datetime | None] = {}
-
-    def created_at(name: str, record: Record | None) -> datetime | None:
-        # Provenance is the last anchor, for a managed skill whose usage record is lost: looked
-        # up for those few only.
-        if name in managed and (record is None or not record.get("created_at")):
-            if name not in created:
-                provenance = app.state.provenance(library.name, name)
-                created[name] = parse_timestamp(provenance.created_at) if provenance else None
-            return created[name]
-        return None
-
+    anchors = _CreationAnchors(app, library, managed)
     records = library.usage_records()
     candidates = [
-        LiveSkill(e.name, e.owner, record, created_at(e.name, record))
+        LiveSkill(e.name, e.owner, record, anchors.created_at(e.name, record))
         for e in entries
         for record in (records.get(e.name),)
     ]
@@ -145,6 +134,41 @@ def run_lifecycle(
         if t.kind == "archived" and _archive(library, t, report, records)
     ]
     marked = [t for t in plan.transitions if t.kind != "archived"]
+    _update_records(library, archived, marked, now, anchors)
+    _record_pass(app, library, marked, disabled_key, disabled)
+    done = {id(transition) for transition in [*archived, *marked]}
+    # In the plan's order, so a person's run prints what its dry run printed.
+    report.transitions = [t for t in plan.transitions if id(t) in done]
+    return report
+
+
+class _CreationAnchors:
+    """When a managed skill whose usage record is lost (or has no creation time) was created:
+    provenance is the last anchor of its age, looked up for those few only, once each."""
+
+    def __init__(self, app: App, library: Library, managed: Mapping[str, SkillEntry]) -> None:
+        self.app = app
+        self.library = library
+        self.managed = managed
+        self._found: dict[str, datetime | None] = {}
+
+    def created_at(self, name: str, record: Record | None) -> datetime | None:
+        if name not in self.managed or (record is not None and record.get("created_at")):
+            return None
+        if name not in self._found:
+            provenance = self.app.state.provenance(self.library.name, name)
+            self._found[name] = parse_timestamp(provenance.created_at) if provenance else None
+        return self._found[name]
+
+
+def _update_records(
+    library: Library,
+    archived: list[Transition],
+    marked: list[Transition],
+    now: datetime,
+    anchors: _CreationAnchors,
+) -> None:
+    """Every usage change of the pass, in one short sidecar transaction."""
     with library.usage.transaction() as current:
         for transition in archived:
             if (record := current.get(transition.name)) is not None:
@@ -153,13 +177,19 @@ def run_lifecycle(
         for transition in marked:
             record = current.get(transition.name)
             if record is None:  # a managed skill without a record (a lost sidecar) keeps its age
-                anchor = created_at(transition.name, None) or now
+                anchor = anchors.created_at(transition.name, None) or now
                 record = current[transition.name] = new_record(anchor, created_by="agent")
             record["state"] = transition.to_state
             if transition.to_state == "active":
                 record["archived_at"] = None
             if transition.refresh_anchor:
                 record["last_viewed_at"] = format_timestamp(now)
+
+
+def _record_pass(
+    app: App, library: Library, marked: list[Transition], disabled_key: str, disabled: set[str]
+) -> None:
+    """The pass's events and the skills it leaves disabled, in one SQLite transaction."""
     with app.state.transaction():
         for transition in marked:
             app.state.add_event(
@@ -176,10 +206,6 @@ def run_lifecycle(
                 },
             )
         app.state.set_meta(disabled_key, sorted(disabled))
-    done = {id(transition) for transition in [*archived, *marked]}
-    # In the plan's order, so a person's run prints what its dry run printed.
-    report.transitions = [t for t in plan.transitions if id(t) in done]
-    return report
 
 
 def _disabled_key(library: Library) -> str:

@@ -20,6 +20,7 @@ from skilld.transcripts.dsh.digest import (
     KIND,
     NOISE_EVENT_TYPES,
     OPEN_TURN_RELEASE_SECONDS,
+    Digest,
     Digester,
     PositionedEvent,
     SessionHeader,
@@ -219,6 +220,35 @@ class SessionStore:
                     cwd=header.cwd,
                 )
             after_seq, state = -1, TurnState()
+        digest, skipped = self._digest_events(connection, session, after_seq, state, idle=idle)
+        new_cursor = _database_cursor(
+            digest.last_seq, last_seq, session, digest.state, held=digest.hold is not None
+        )
+        reset = raw_cursor is not None and not continues
+        if not (digest.messages or reset or skipped or new_cursor != raw_cursor):
+            return None
+        return SessionRead(
+            source=KIND,
+            session=header.key,
+            messages=digest.messages,
+            cursor=new_cursor,
+            skipped_lines=skipped,
+            reset=reset,
+            mtime=mtime,
+            label=header.label,
+            cwd=header.cwd,
+        )
+
+    def _digest_events(
+        self,
+        connection: sqlite3.Connection,
+        session: _DbSession,
+        after_seq: int,
+        state: TurnState,
+        *,
+        idle: bool,
+    ) -> tuple[Digest, int]:
+        """The session's messages after `after_seq`, and how many events could not be read."""
         digester = Digester(
             state=state, after_seq=after_seq, tool_result_max_chars=self.tool_result_max_chars
         )
@@ -245,23 +275,7 @@ class SessionStore:
                 record["surfaceOp"] = _surface_op(surface_op)
             digester.add(PositionedEvent(record, seq, seq))
         digest = digester.finish(hold_open_turn=not idle)
-        new_cursor = _database_cursor(
-            digest.last_seq, last_seq, session, digest.state, held=digest.hold is not None
-        )
-        reset = raw_cursor is not None and not continues
-        if not (digest.messages or reset or skipped or new_cursor != raw_cursor):
-            return None
-        return SessionRead(
-            source=KIND,
-            session=header.key,
-            messages=digest.messages,
-            cursor=new_cursor,
-            skipped_lines=skipped,
-            reset=reset,
-            mtime=mtime,
-            label=header.label,
-            cwd=header.cwd,
-        )
+        return digest, skipped
 
 
 def _database_cursor(
