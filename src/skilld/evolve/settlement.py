@@ -58,7 +58,7 @@ class Facts(NamedTuple):
     #: The library's other skills: what a new skill may nearly duplicate.
     others: Sequence[SkillDoc]
     similarity_threshold: float
-    managed: int  # skills skilld manages there: what the cap counts
+    managed: int  # skills skilld manages there, what the cap counts (needed for a new skill)
     max_managed: int
     review_mode: bool  # `evolve.publish = "review"`
     #: For a project skill: whether skilld may write into the project. None: a user skill.
