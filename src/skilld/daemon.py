@@ -31,6 +31,7 @@ from skilld.log import configure_logging, get_logger
 from skilld.notify import Notifier
 from skilld.routing import AGENTS, default_path, default_sources, resolve
 from skilld.skills.library import Origin
+from skilld.skills.trigger_repair import break_shell_triggers
 from skilld.state import DaemonLock
 from skilld.team import record_round, set_up, sync_round, team_libraries
 
@@ -214,7 +215,7 @@ class Daemon:
         is an error event, and learning goes on."""
         for library in app.libraries.values():
             try:
-                library.break_shell_triggers(STARTUP)
+                break_shell_triggers(library, STARTUP)
             except (LibraryError, OSError) as exc:
                 reason = f"could not break load-time shell triggers: {exc}"
                 app.state.add_event("error", library=library.name, source="daemon", reason=reason)

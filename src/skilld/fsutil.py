@@ -75,21 +75,35 @@ def atomic_write(
     crash may lose) durably."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     directory = path.parent
-    temp = directory / temp_name(path.name)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    _replace_via_temp(str(path), str(directory / temp_name(path.name)), payload,
+                      parent=None, mode=mode, durable=durable)  # fmt: skip
+    if durable:
+        fsync_dir(directory)
+
+
+def _replace_via_temp(
+    target: str, temp: str, payload: bytes, *, parent: int | None, mode: int, durable: bool
+) -> None:
+    """The one replace every write makes: `temp` created exclusively beside `target`, written,
+    flushed and fsynced (unless not `durable`), then moved over `target`; removed again if
+    anything fails. With `parent` (a folder's descriptor) both names are relative to it, and
+    the caller fsyncs the folder."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, mode) if parent is None else os.open(temp, flags, mode, dir_fd=parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
-        os.replace(temp, path)
+        if parent is None:
+            os.replace(temp, target)
+        else:
+            os.replace(temp, target, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
+            os.unlink(temp, dir_fd=parent)
         raise
-    if durable:
-        fsync_dir(directory)
 
 
 def remove_stray_temps(root: Path, *, depth: int = 2, now: float | None = None) -> list[Path]:
@@ -158,26 +172,6 @@ def check_component(name: str) -> str:
     return name
 
 
-def contained_path(root: Path, *parts: str) -> Path:
-    """`root/parts…`, refused if any existing link along the way leads outside `root`.
-
-    The root itself may be a symlink (users point skills dirs at dotfile repos); what is
-    refused is an entry inside it that resolves elsewhere.
-    """
-    for part in parts:
-        check_component(part)
-    real_root = root.resolve()
-    candidate = root.joinpath(*parts)
-    current = real_root
-    for part in parts:
-        current = current / part
-        if current.is_symlink():
-            target = current.resolve()
-            if target != real_root and real_root not in target.parents:
-                raise UnsafePath(f"{root.joinpath(*parts)} is a link out of {root}")
-    return candidate
-
-
 # -- the library's tree ----------------------------------------------------------------------
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -203,6 +197,19 @@ def tree_path(root: Path, relpath: str) -> Path:
         finally:
             os.close(fd)
     return root.joinpath(*parts)
+
+
+def contained_path(root: Path, relpath: str) -> Path:
+    """`tree_path`, for a path a person names: its refusal of a link that leads out of `root`
+    says so, as the one a person most needs to recognise."""
+    try:
+        return tree_path(root, relpath)
+    except UnsafePath:
+        path, real_root = root / relpath, root.resolve()
+        target = path.resolve()
+        if target != real_root and real_root not in target.parents:
+            raise UnsafePath(f"{path} is a link out of {root}") from None
+        raise
 
 
 def read_tree_file(root: Path, relpath: str) -> bytes | None:
@@ -240,21 +247,7 @@ def write_tree_file(
     parent = _open_parent(root, parts, create=True)
     try:
         temp = temp_name(parts[-1])
-        fd = os.open(
-            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-            dir_fd=parent,
-        )  # fmt: skip
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
-                if durable:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            os.replace(temp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp, dir_fd=parent)
-            raise
+        _replace_via_temp(parts[-1], temp, payload, parent=parent, mode=mode, durable=durable)
         if durable:
             os.fsync(parent)
     finally:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from skilld.skills.library import Library
     from skilld.skills.usage import State
     from skilld.state import StateDB
-    from skilld.sync import SyncReport
+    from skilld.sync import SyncReport, TeamRepo
 
 _log = get_logger("skilld.team")
 
@@ -29,13 +29,21 @@ def meta_key(library: str) -> str:
     return f"sync:{library}"
 
 
+def team_repo(library: Library) -> TeamRepo:
+    """The git work tree of a team library (the library itself sees it as a `TeamTree`)."""
+    from skilld.sync import TeamRepo
+
+    team = library.team
+    assert isinstance(team, TeamRepo)
+    return team
+
+
 def set_up(library: Library) -> list[str]:
     """Make the library's dir a work tree of its remote (no network); problems that need a
     person, each with the command that repairs it. Idempotent."""
     from skilld.sync import GitError
 
-    team = library.team
-    assert team is not None
+    team = team_repo(library)
     try:
         # The seed is read only where a join may still happen (it hashes every skill file).
         result = team.setup(library.team_seed() if not team.is_set_up else None)
@@ -46,8 +54,7 @@ def set_up(library: Library) -> list[str]:
 
 def sync_round(library: Library) -> SyncReport:
     """One sync round of a team library (git and the network only: it may run in a thread)."""
-    team = library.team
-    assert team is not None
+    team = team_repo(library)
     return team.sync(usage=library.usage.read())
 
 
@@ -112,8 +119,7 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
 def refused_records(library: Library, report: SyncReport) -> list[dict[str, str]]:
     """Why a round did not apply the fetched commit, a path each, for the status and the
     `sync_refused` events."""
-    team = library.team
-    assert team is not None
+    team = team_repo(library)
     return [
         {
             "commit": refusal.commit,
@@ -173,8 +179,7 @@ def sync_status(app: App) -> list[dict[str, Any]]:
     `findings`: what `doctor` and `status --check` fail on, each with its repair."""
     rows = []
     for library in team_libraries(app):
-        team = library.team
-        assert team is not None
+        team = team_repo(library)
         recorded = app.state.get_meta(meta_key(library.name), {})
         status = team.status()
         problems = [f"{p.message} (repair: {p.repair})" for p in status.problems]

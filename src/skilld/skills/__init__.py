@@ -1,5 +1,6 @@
 """Skills on disk: the file format (`document`), names (`names`), where a skill's file lives
-(`layout`), a library of them with its ownership rules (`library`), and the `.usage.json`
+(`layout`), a library of them with its ownership rules (`library`; beside it `discovery`,
+`ownership`, `history`, `outcomes`, `trigger_repair` and `team_tree`), and the `.usage.json`
 sidecar (`usage`). What other packages may use is `__all__`."""
 
 from skilld import lazy_exports
@@ -21,21 +22,12 @@ _EXPORTS = {
         "document",
     ),
     **dict.fromkeys(["ARCHIVE_DIR", "SKILL_FILE", "find_skill_file"], "layout"),
-    **dict.fromkeys(
-        [
-            "BUNDLED_MANIFEST",
-            "HUB_LOCK",
-            "FileFacts",
-            "Library",
-            "Origin",
-            "Refused",
-            "SkillEntry",
-            "Unchanged",
-            "WriteFailed",
-            "Written",
-        ],
-        "library",
-    ),
+    **dict.fromkeys(["FileFacts", "SkillEntry"], "discovery"),
+    **dict.fromkeys(["Library"], "library"),
+    **dict.fromkeys(["Origin", "Refused", "Unchanged", "WriteFailed", "Written"], "outcomes"),
+    **dict.fromkeys(["BUNDLED_MANIFEST", "HUB_LOCK"], "ownership"),
+    **dict.fromkeys(["SharedFile", "TeamTree", "WrittenFile"], "team_tree"),
+    **dict.fromkeys(["break_shell_triggers"], "trigger_repair"),
     **dict.fromkeys(
         [
             "MAX_NAME_LENGTH",

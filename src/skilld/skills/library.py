@@ -1,4 +1,10 @@
-"""A skill library: discovery, ownership, and every change to a skill file.
+"""A skill library: ownership, and every change to a skill file.
+
+Beside it: `discovery` (finding and reading the skill files, with the file-facts cache),
+`ownership` (whose a file is, and the cap's count), `history` (saved versions), `lock` (the
+writer lock), `outcomes` (what a write came to, and recording it), `trigger_repair` (the
+start-up repair of old shell triggers) and `team_tree` (what a team library's git work tree is
+asked for: `skilld.sync` implements it, so this package never imports sync).
 
 This module owns the ownership invariant (docs/design.md): skilld changes a file only if skilld
 wrote it and nobody changed it since, and never a pinned one. It owns the library's cap too:
@@ -17,208 +23,89 @@ reading, writing and recording a file, so one never sees another's half-recorded
 """
 
 import contextlib
-import errno
-import fcntl
-import json
-import os
-import re
-import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.digest import sha256_hex
 from skilld.errors import LibraryError, NotFound, Protected
 from skilld.fsutil import (
-    FILE_MODE,
     UnsafePath,
-    atomic_write,
     contained_path,
     move_in_tree,
-    read_tree_file,
     remove_stray_temps,
     remove_tree_file,
+    tree_path,
     write_tree_file,
 )
 from skilld.log import get_logger
 from skilld.routing import LibrarySpec, require_real_project_dir
+from skilld.skills.discovery import (
+    EXTRA_RANK,
+    USER_RANK,
+    Discovery,
+    FileFacts,
+    Layout,
+    Owner,
+    SkillEntry,
+    archived_skills,
+)
 from skilld.skills.document import (
     SkillDoc,
-    SkillParseError,
     neutralise_file,
-    parse_skill,
-    quick_problem,
     render_skill,
     same_text,
     validate_skill,
 )
+from skilld.skills.history import HistoryVersion, VersionHistory
 from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
-from skilld.skills.names import (
-    MAX_NAME_LENGTH,
-    NAME_PATTERN,
-    InvalidName,
-    form_of,
-    is_safe_path_component,
-    validate_name,
+from skilld.skills.lock import WriterLock
+from skilld.skills.names import InvalidName, form_of, is_safe_path_component, validate_name
+from skilld.skills.outcomes import (
+    Deleted,
+    Origin,
+    Refused,
+    Unchanged,
+    WriteFailed,
+    WriteOutcome,
+    Written,
+    record_outcome,
 )
+from skilld.skills.ownership import (
+    BUNDLED_MANIFEST,
+    HUB_LOCK,
+    ManagedCount,
+    bundled_names,
+    hub_names,
+    owner_rule,
+)
+from skilld.skills.team_tree import SharedManifest, TeamTree, WrittenFile, team_seed
 from skilld.skills.usage import Record, UsageStore, new_record
 
 if TYPE_CHECKING:
-    from skilld.gitinfo import GitContext
     from skilld.state import Provenance, StateDB
-    from skilld.sync import Manifest, ManifestEntry, TeamRepo
 
-Owner = Literal["managed", "human", "bundled", "hub", "external"]
-Layout = Literal["dir", "flat"]
-#: What a listing learned of each skill file, by path: the file's identity (inode, size, mtime,
-#: ctime) when read, its sha256 and its `quick_problem`. A long-lived process (the panel) keeps
-#: one across requests so an unchanged file costs a stat, not a read and a hash.
-FileFacts = dict[str, tuple[tuple[int, int, int, int], str, str | None]]
-
-BUNDLED_MANIFEST = ".bundled_manifest"
-HUB_LOCK = ".hub/lock.json"
-#: DSH's ranks: lower wins. The skills dir is the user level; extra dirs are project level.
-USER_RANK = 400
-EXTRA_RANK = 100
-#: The suffix `archive` adds to a name already in the archive.
-_ARCHIVE_STAMP = re.compile(r"-\d{8}T\d{6}Z$")
-
-
-class _Child(Protocol):
-    """What discovery reads of a directory entry (`os.DirEntry` has it)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def path(self) -> str: ...
-
-    def is_dir(self) -> bool: ...
-
-    def is_file(self) -> bool: ...
-
-    def is_symlink(self) -> bool: ...
-
-
-class _NamedChild(NamedTuple):
-    """A directory entry looked up by name instead of listed."""
-
-    name: str
-    path: str
-
-    def is_dir(self) -> bool:
-        return os.path.isdir(self.path)
-
-    def is_file(self) -> bool:
-        return os.path.isfile(self.path)
-
-    def is_symlink(self) -> bool:
-        return os.path.islink(self.path)
-
-
-class SkillEntry(NamedTuple):
-    name: str
-    file: str  # the skill file; kept as text because discovery builds thousands of these
-    root: Path
-    rank: int
-    layout: Layout
-    owner: Owner
-    sha256: str | None
-    doc: SkillDoc | None
-    error: str | None = None  # set when the file does not parse: listed as broken
-
-    @property
-    def broken(self) -> bool:
-        return self.error is not None
-
-    @property
-    def path(self) -> Path:
-        return Path(self.file)
-
-
-class Origin(NamedTuple):
-    """Who asks for a change, for the event log and provenance."""
-
-    source: str  # "cli", "tool", "evolve", "curator", or a source kind
-    session: str | None = None
-    first_message: int | None = None
-    last_message: int | None = None
-    model: str | None = None
-    prompt_version: str | None = None
-    #: Where the session that taught it worked (a window's), for provenance and team commits.
-    git: "GitContext | None" = None
-
-
-# -- what a write came to --------------------------------------------------------------------
-
-
-class Written(NamedTuple):
-    kind: Literal["created", "updated"]
-    name: str
-    path: Path
-    sha256: str
-    version: int
-    #: The write was this origin's own, made before a crash kept its event from committing.
-    recovered: bool = False
-
-
-class Unchanged(NamedTuple):
-    name: str
-    path: Path
-    sha256: str
-
-    @property
-    def kind(self) -> Literal["unchanged"]:
-        return "unchanged"
-
-
-class Refused(NamedTuple):
-    """Nothing was written: the skill is not skilld's (`protected`), the cap is reached
-    (`cap`), or the skill breaks a rule of the library (`invalid`)."""
-
-    kind: Literal["protected", "cap", "invalid"]
-    name: str
-    reason: str
-
-
-class WriteFailed(NamedTuple):
-    """This machine could not write (disk full, permissions, something in the way)."""
-
-    name: str
-    reason: str
-
-    @property
-    def kind(self) -> Literal["failed"]:
-        return "failed"
-
-
-WriteOutcome = Written | Unchanged | Refused | WriteFailed
-
-
-class HistoryVersion(NamedTuple):
-    version: str  # a saved file's stem (sortable UTC stamp and short hash), or a commit
-    saved_at: str
-    path: Path | None = None  # a version saved on this host
-    commit: str | None = None  # a version in a team library's git history
-    subject: str = ""  # what the commit says changed it
-
-
-class Deleted(NamedTuple):
-    path: Path
-    #: Files a person put beside SKILL.md: never skilld's to remove, left in place.
-    kept: tuple[str, ...]
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    """A file's identity for `FileFacts`: a rewrite (a new inode, or new bytes), a truncation
-    and a change of mode each change it."""
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _external(name: str, digest: str | None) -> Owner:
-    return "external"
+__all__ = [
+    "BUNDLED_MANIFEST",
+    "EXTRA_RANK",
+    "HUB_LOCK",
+    "USER_RANK",
+    "Deleted",
+    "FileFacts",
+    "HistoryVersion",
+    "Layout",
+    "Library",
+    "Origin",
+    "Owner",
+    "Refused",
+    "SkillEntry",
+    "Unchanged",
+    "WriteFailed",
+    "WriteOutcome",
+    "Written",
+]
 
 
 class Library:
@@ -230,7 +117,7 @@ class Library:
         *,
         history_dir: Path,
         locks_dir: Path,
-        team: "TeamRepo | None" = None,
+        team: TeamTree | None = None,
         clock: Callable[[], float] = time.time,
         file_facts: FileFacts | None = None,
     ) -> None:
@@ -250,14 +137,20 @@ class Library:
         self.history_keep = spec.history_keep
         #: The git work tree of a team library (`remote` set): every change is one commit.
         self.team = team
-        self._lock_path = locks_dir / f"{spec.storage_key}.lock"
-        self._lock_depth = 0
-        self._lock_fd: int | None = None
-        #: Skill file -> (inode, size, mtime) -> its sha256, for counting the cap.
-        self._digests: dict[str, tuple[tuple[int, int, int], str]] = {}
-        #: Shared by the caller (None: every listing reads every file).
-        self._file_facts = file_facts
+        self._lock = WriterLock(locks_dir / f"{spec.storage_key}.lock")
+        self._managed = ManagedCount(self.root)
         self._clock = clock
+        self.discovery = Discovery(
+            self.root,
+            extra_dirs=spec.extra_dirs,
+            recursive=spec.recursive,
+            flat_files=self.layout == "flat" or self.dialect == "dsh",
+            form=self.form,
+            file_facts=file_facts,
+        )
+        self.versions = VersionHistory(
+            self.root, history_dir, keep=spec.history_keep, team=team, clock=clock
+        )
         self._log = get_logger("skilld.library")
 
     # -- start-up ----------------------------------------------------------------------------
@@ -270,53 +163,6 @@ class Library:
             + remove_stray_temps(self.root / ARCHIVE_DIR, depth=2)
             + remove_stray_temps(self.history_dir, depth=2)
         )
-
-    def break_shell_triggers(self, origin: Origin) -> list[str]:
-        """Break the load-time shell triggers an older skilld left in the skills it manages (it
-        broke them in the claude dialect only): each file keeps every other byte, and its
-        previous version is saved in history. A pinned skill is left as it is, since no
-        automatic path changes it, and a `warning` event names it. Returns the names rewritten.
-        """
-        rewritten: list[str] = []
-        records: Mapping[str, Record] | None = None  # read once, when a skill needs rewriting
-        with self.locked():
-            for entry in self.entries(parse=False):
-                if entry.owner != "managed" or entry.broken:
-                    continue
-                try:
-                    data = entry.path.read_bytes()
-                except OSError:
-                    continue  # a listing reports an unreadable file; nothing runs from it here
-                neutral = neutralise_file(data)
-                if neutral == data:
-                    continue
-                if records is None:
-                    records = self.usage.read()
-                if (self.usage_record(entry.name, records) or {}).get("pinned"):
-                    self.state.add_event(
-                        "warning",
-                        library=self.name,
-                        skill=entry.name,
-                        source=origin.source,
-                        reason="pinned, so left with a load-time shell trigger: unpin it to "
-                        "have skilld break it, or edit the file",
-                    )
-                    continue
-                self._require_contained(entry)
-                self._save_history(entry.name, entry.path)
-                digest = self._install("updated", entry.name, entry.path, neutral, entry, origin)
-                with self.state.transaction():
-                    self.state.settle_provenance(self.name, entry.name, digest)
-                    self.state.add_event(
-                        "updated",
-                        library=self.name,
-                        skill=entry.name,
-                        source=origin.source,
-                        reason="load-time shell triggers broken",
-                        detail={"sha256": digest, "path": str(entry.path)},
-                    )
-                rewritten.append(entry.name)
-        return rewritten
 
     # -- discovery ---------------------------------------------------------------------------
 
@@ -369,45 +215,13 @@ class Library:
         return self.team.team_usage(local) if self.team is not None else local
 
     def managed_names(self) -> list[str]:
-        """Skills skilld wrote and nobody changed since, by hash: what the cap counts.
-
-        Only the files skilld recorded are looked at, and a file's hash is kept while its
-        identity (inode, size, mtime) stays the same: the count costs a stat per managed skill,
-        not a read of the library, on every create. (Ownership before a change is always
-        decided on a fresh read: `entry`.)"""
-        expected: dict[str, set[str]] = {}
-        paths: dict[str, Path] = {}
-        for name, record in self.state.all_provenance(self.name).items():
-            expected[name] = {record.sha256, record.prev_sha256 or record.sha256}
-            paths[name] = Path(record.path)
-        if (team := self._team_manifest()) is not None:
-            for name, shared in team.skills.items():
-                expected.setdefault(name, set()).add(shared.sha256)
-                paths.setdefault(name, self.root / shared.path)
-        excluded = self._bundled_names() | self._hub_names()
-        archive = self.root / ARCHIVE_DIR
-        managed = []
-        for name, path in sorted(paths.items()):
-            inside = self.root in path.parents and archive not in path.parents
-            if name not in excluded and inside and self._digest(path) in expected[name]:
-                managed.append(name)
-        return managed
-
-    def _digest(self, path: Path) -> str | None:
-        try:
-            st = os.stat(path, follow_symlinks=False)
-        except OSError:
-            return None
-        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
-        cached = self._digests.get(str(path))
-        if cached is not None and cached[0] == identity:
-            return cached[1]
-        try:
-            digest = sha256_hex(path.read_bytes())
-        except OSError:
-            return None
-        self._digests[str(path)] = (identity, digest)
-        return digest
+        """Skills skilld wrote and nobody changed since, by hash: what the cap counts
+        (`ManagedCount`)."""
+        return self._managed.names(
+            self.state.all_provenance(self.name),
+            self._team_manifest(),
+            excluded=self._bundled_names() | self._hub_names(),
+        )
 
     def _discover(
         self,
@@ -426,211 +240,18 @@ class Library:
                 record = self.state.provenance(self.name, only)
                 provenance = {only: record} if record else {}
 
-        def owner_of(name: str, digest: str | None) -> Owner:
-            if name in bundled:
-                return "bundled"
-            if name in hub:
-                return "hub"
-            record = provenance.get(name)
-            ours = record is not None and digest in (record.sha256, record.prev_sha256)
-            # A team library: what any host's skilld last wrote is skilld's on every host.
-            shared = team is not None and team.owns(name, digest)
-            return "managed" if ours or shared else "human"
-
-        found: dict[str, SkillEntry] = {}
-        roots: list[tuple[Path, int, Callable[[str, str | None], Owner], int]] = [
-            (self.root, USER_RANK, owner_of, MAX_CATEGORY_DEPTH if self.spec.recursive else 1)
-        ]
-        if include_extra:
-            roots += [(d, EXTRA_RANK + i, _external, 1) for i, d in enumerate(self.extra_dirs)]
-        for root, rank, owner, depth in roots:
-            for entry in self._scan_root(
-                root, root, rank, owner, parse=parse, only=only, depth=depth
-            ):
-                current = found.get(entry.name)
-                if current is None or entry.rank < current.rank:
-                    found[entry.name] = entry
-        return [found[name] for name in sorted(found)]
-
-    def _scan_root(
-        self,
-        root: Path,
-        folder: Path,
-        rank: int,
-        owner_of: Callable[[str, str | None], Owner],
-        *,
-        parse: bool,
-        only: str | None,
-        depth: int,
-    ) -> Iterator[SkillEntry]:
-        try:
-            children: list[_Child] = (
-                sorted(os.scandir(folder), key=lambda e: e.name)
-                if only is None
-                else [
-                    _NamedChild(n, os.path.join(folder, n))
-                    for n in (only, f"{only}.md")
-                    if os.path.lexists(os.path.join(folder, n))
-                ]
-            )
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        except OSError as exc:
-            self._log.warning("skills_root_unreadable", root=str(folder), error=str(exc))
-            return
-        real_root = root.resolve()
-        dirs: dict[str, _Child] = {}
-        flats: dict[str, _Child] = {}
-        for child in children:
-            if child.name.startswith("."):
-                continue  # .archive, .hub, .usage.json, .skilld, temp files
-            if child.is_dir():
-                dirs[child.name] = child
-            elif folder == root and self._is_flat_skill(child):
-                flats[child.name[:-3]] = child
-        for name, child in dirs.items():
-            if name in flats:
-                self._log.warning(
-                    "skill_layout_clash", name=name, kept=os.path.join(child.path, SKILL_FILE)
-                )
-            path = os.path.join(child.path, SKILL_FILE)
-            linked = child.is_symlink()
-            if depth > 1 and not linked and not os.path.lexists(path):
-                # A category folder (Hermes): its skills are one level further down.
-                yield from self._scan_root(
-                    root, Path(child.path), rank, owner_of, parse=parse, only=only, depth=depth - 1
-                )
-                continue
-            entry = self._load(
-                name, path, root, real_root, rank, "dir", owner_of, parse=parse, linked=linked
-            )
-            if entry is not None:
-                yield entry
-        for name, child in flats.items():
-            if name not in dirs:
-                entry = self._load(
-                    name, child.path, root, real_root, rank, "flat", owner_of,
-                    parse=parse, linked=child.is_symlink(),
-                )  # fmt: skip
-                if entry is not None:
-                    yield entry
-
-    def _is_flat_skill(self, child: _Child) -> bool:
-        """A top-level file is a skill only as `<name>.md` with `<name>` a valid skill name
-        (so never README.md, LICENSE or CHANGELOG.md), and only where an agent loads such
-        files: DSH (its dialect) or a flat library. Claude Code, Codex and Hermes load
-        `<name>/SKILL.md` only."""
-        stem = child.name.removesuffix(".md")
-        if stem == child.name or not (self.layout == "flat" or self.dialect == "dsh"):
-            return False
-        return (
-            len(stem) <= MAX_NAME_LENGTH and bool(NAME_PATTERN.fullmatch(stem)) and child.is_file()
+        owner_of = owner_rule(bundled, hub, provenance, team)
+        return self.discovery.discover(
+            owner_of, include_extra=include_extra, parse=parse, only=only
         )
 
-    def _load(
-        self,
-        name: str,
-        path: str,
-        root: Path,
-        real_root: Path,
-        rank: int,
-        layout: Layout,
-        owner_of: Callable[[str, str | None], Owner],
-        *,
-        parse: bool,
-        linked: bool,
-    ) -> SkillEntry | None:
-        """The entry at `path`; None for a real folder without a skill file.
-
-        A link (the entry itself, or the skill file in a folder) is followed only when it stays
-        inside the root; one leading out is listed as broken, never read. Without a link on
-        the way the file is inside the root by construction, so the common case costs one
-        open and one read: this runs for every skill on every discovery.
-        """
-
-        def entry(
-            digest: str | None = None, doc: SkillDoc | None = None, error: str | None = None
-        ) -> SkillEntry:
-            owner = owner_of(name, digest)
-            return SkillEntry(name, path, root, rank, layout, owner, digest, doc, error)
-
-        def leads_out() -> bool:
-            target = Path(path).resolve()
-            return target != real_root and real_root not in target.parents
-
-        if linked and leads_out():
-            return entry(error=f"links out of {root}; ignored")
-        # Only a plain file (no link on the way) is remembered: its identity is then the path's.
-        facts = self._file_facts if not parse and not linked else None
-        if facts is not None and (known := facts.get(path)) is not None:
-            try:
-                st = os.stat(path, follow_symlinks=False)
-            except OSError:
-                st = None
-            if st is not None and stat.S_ISREG(st.st_mode) and known[0] == _identity(st):
-                return entry(known[1], error=known[2])
-        try:
-            fd = os.open(path, os.O_RDONLY | (0 if linked else os.O_NOFOLLOW))
-        except FileNotFoundError:
-            return entry(error="no SKILL.md in a linked folder") if linked else None
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                return entry(error=f"unreadable: {exc.strerror or exc}")
-            if leads_out():  # the skill file itself is a link
-                return entry(error=f"links out of {root}; ignored")
-            fd = None
-            facts = None
-        try:
-            if fd is None:
-                fd = os.open(path, os.O_RDONLY)
-            with os.fdopen(fd, "rb") as handle:
-                identity = _identity(os.fstat(handle.fileno())) if facts is not None else None
-                data = handle.read()
-        except OSError as exc:
-            return entry(error=f"unreadable: {exc.strerror or exc}")
-        digest = sha256_hex(data)
-        if not parse:
-            problem = quick_problem(data, name)
-            if facts is not None and identity is not None:
-                facts[path] = (identity, digest, problem)
-            return entry(digest, error=problem)
-        try:
-            doc = parse_skill(data, dialect=self.form)
-        except SkillParseError as exc:
-            return entry(digest, error=str(exc))
-        if doc.name != name:
-            return entry(digest, doc, f"frontmatter name {doc.name!r} != {name!r}")
-        return entry(digest, doc)
-
-    def team_seed(self) -> "dict[str, ManifestEntry]":
-        """The manifest entries this host's provenance vouches for, whatever the layout: skills
-        skilld wrote here whose file still holds what it wrote. A library joining its remote
-        starts the team's manifest from them, so the team takes them as skilld's."""
-        from skilld.sync import ManifestEntry
-
+    def team_seed(self) -> dict[str, WrittenFile]:
+        """What this host's provenance vouches for, to start a team's manifest (`team_seed`)."""
         assert self.team is not None
-        seed = {}
-        for name, record in self.state.all_provenance(self.name).items():
-            path = Path(record.path)
-            try:
-                relpath = self.team.relpath(path)
-                digest = sha256_hex(path.read_bytes())
-            except (ValueError, OSError):  # outside the root, or gone
-                continue
-            if digest in (record.sha256, record.prev_sha256):
-                seed[name] = ManifestEntry(relpath, digest)
-        return seed
+        return team_seed(self.team, self.state.all_provenance(self.name))
 
-    def _team_manifest(self) -> "Manifest | None":
-        if self.team is None:
-            return None
-        from skilld.sync import ManifestError
-
-        try:
-            return self.team.manifest()
-        except ManifestError as exc:  # a person broke it: nothing counts as skilld's by it
-            self._log.warning("team_manifest_unreadable", library=self.name, error=str(exc))
-            return None
+    def _team_manifest(self) -> SharedManifest | None:
+        return self.team.readable_manifest() if self.team is not None else None
 
     @contextlib.contextmanager
     def _recorded(
@@ -651,45 +272,25 @@ class Library:
         if self.team is None:
             yield
             return
-        from skilld.sync import GitError, ManifestEntry
-
-        team = self.team
-        if not team.is_set_up:
-            # A change before any sync (a person's write on a new team library) is still its
-            # own commit: join first, so that it is not swept into the join commit. Without
-            # git the change stays in the work tree, and the first round commits it.
-            try:
-                team.setup(self.team_seed())
-            except (GitError, OSError) as exc:
-                self._log.warning("team_setup_failed", library=self.name, error=str(exc))
-        entry = ManifestEntry(team.relpath(written), digest or "") if written else None
-        git = origin.git
-        message = team.change_message(
+        written_file = (
+            WrittenFile(self.team.relpath(written), digest or "") if written is not None else None
+        )
+        with self.team.skill_change(
             event,
             name,
+            paths=paths,
+            written=written_file,
             session=origin.session,
-            repository=git.repository if git else None,
-            branch=git.branch if git else None,
-        )
-        relpaths = [team.relpath(path) for path in paths]
-        with team.change(message, relpaths, manifest={name: entry}):
+            git=origin.git,
+            seed=self.team_seed,
+        ):
             yield
 
     def _bundled_names(self) -> set[str]:
-        try:
-            text = (read_tree_file(self.root, BUNDLED_MANIFEST) or b"").decode("utf-8")
-        except (OSError, UnsafePath, UnicodeDecodeError):
-            return set()
-        names = (line.split(":", 1)[0].strip() for line in text.splitlines())
-        return {name for name in names if name and not name.startswith("#")}
+        return bundled_names(self.root)
 
     def _hub_names(self) -> set[str]:
-        try:
-            data = json.loads(read_tree_file(self.root, HUB_LOCK) or b"{}")
-        except (OSError, ValueError):  # UnsafePath is a ValueError
-            return set()
-        installed = data.get("installed") if isinstance(data, dict) else None
-        return set(installed) if isinstance(installed, dict) else set()
+        return hub_names(self.root)
 
     # -- guards ------------------------------------------------------------------------------
 
@@ -726,25 +327,9 @@ class Library:
         )
         return Protected(reason)
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """The library's writer lock (an OS lock in the state dir), re-entrant in-process."""
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
-        self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._lock_depth = 1
-            yield
-        finally:
-            self._lock_depth = 0
-            os.close(fd)  # closing the last descriptor releases the lock
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """The library's writer lock (`WriterLock`), re-entrant in-process."""
+        return self._lock.held()
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -842,7 +427,7 @@ class Library:
             path = self._new_path(name)
         else:
             # never write through a link that leads out of the root
-            contained_path(existing.root, *existing.path.relative_to(existing.root).parts)
+            contained_path(existing.root, existing.path.relative_to(existing.root).as_posix())
             path = existing.path
             self._save_history(name, existing.path)
         data = render_skill(doc, self.form).encode("utf-8")
@@ -909,55 +494,9 @@ class Library:
         reason: str | None = None,
         detail: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record `outcome` in the event log (and, for a write, settle its provenance).
-
-        Runs in one transaction, joining the caller's: the caller's own bookkeeping (a session
-        watermark, a kept proposal) commits with it or not at all.
-        """
-        common: dict[str, Any] = {
-            "library": self.name,
-            "skill": outcome.name,
-            "session": origin.session,
-            "source": origin.source,
-        }
-        extra = dict(detail or {})
-        if origin.git is not None:
-            extra.setdefault("git", origin.git.as_json())
-        # What provenance keeps for the current version only, kept on the event for each one.
-        if origin.first_message is not None:
-            extra.setdefault("messages", [origin.first_message, origin.last_message])
-        for key, value in (("model", origin.model), ("prompt_version", origin.prompt_version)):
-            if value is not None:
-                extra.setdefault(key, value)
-        with self.state.transaction():
-            if isinstance(outcome, Written):
-                self.state.settle_provenance(self.name, outcome.name, outcome.sha256)
-                if outcome.recovered:
-                    extra["recovered"] = "the write's event was lost in a crash"
-                self.state.add_event(
-                    outcome.kind,
-                    **common,
-                    reason=reason,
-                    detail={
-                        "path": str(outcome.path),
-                        "sha256": outcome.sha256,
-                        "version": outcome.version,
-                        **extra,
-                    },
-                )
-            elif isinstance(outcome, Unchanged):
-                self.state.add_event(
-                    "unchanged",
-                    **common,
-                    reason=reason,
-                    detail={"path": str(outcome.path), **extra},
-                )
-            elif isinstance(outcome, Refused):
-                self.state.add_event(outcome.kind, **common, reason=outcome.reason, detail=extra)
-            else:
-                self.state.add_event(
-                    "error", **common, reason=f"could not write: {outcome.reason}", detail=extra
-                )
+        """Record `outcome` in the event log (and, for a write, settle its provenance), in one
+        transaction joining the caller's (`record_outcome`)."""
+        record_outcome(self.state, self.name, outcome, origin, reason=reason, detail=detail)
 
     def apply(self, doc: SkillDoc, origin: Origin, *, force: bool = False) -> Written | Unchanged:
         """Write and commit at once (a person's or an agent's tool's write). Raises
@@ -982,7 +521,7 @@ class Library:
         self._ensure_root()
         if self.layout == "flat":
             return contained_path(self.root, f"{name}.md")
-        return contained_path(self.root, name, SKILL_FILE)
+        return contained_path(self.root, f"{name}/{SKILL_FILE}")
 
     def _entry_for_change(self, name: str) -> SkillEntry:
         name = self.check_name(name)
@@ -997,7 +536,7 @@ class Library:
     def _require_contained(self, entry: SkillEntry) -> None:
         """Refuse a skill whose file is reached through a link out of the root."""
         try:
-            contained_path(entry.root, *entry.path.relative_to(entry.root).parts)
+            contained_path(entry.root, entry.path.relative_to(entry.root).as_posix())
         except (UnsafePath, ValueError) as exc:
             raise LibraryError(str(exc)) from None
 
@@ -1066,7 +605,11 @@ class Library:
         """`<root>/.archive`, refused when it is a link: archiving must never move a skill
         out of the root."""
         archive_root = self.root / ARCHIVE_DIR
-        if archive_root.is_symlink() or (archive_root.exists() and not archive_root.is_dir()):
+        try:
+            tree_path(self.root, ARCHIVE_DIR)
+        except UnsafePath:
+            raise LibraryError(f"{archive_root} is not a plain folder inside {self.root}") from None
+        if archive_root.exists() and not archive_root.is_dir():
             raise LibraryError(f"{archive_root} is not a plain folder inside {self.root}")
         return archive_root
 
@@ -1121,28 +664,8 @@ class Library:
             return target
 
     def archived(self) -> dict[str, Path]:
-        """Archived skills by name -> their folder or file (newest archive wins a clash).
-
-        The name is the one `archive` gave the entry: the skill's, with `-<UTC stamp>` when
-        an archive of that name was there already."""
-        found: dict[str, tuple[float, Path]] = {}
-        root = self.root / ARCHIVE_DIR
-        if root.is_symlink():
-            return {}
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for child in os.scandir(root):
-                if child.name.startswith(".") or child.is_symlink():
-                    continue
-                path = Path(child.path)
-                skill_file = path / SKILL_FILE if child.is_dir() else path
-                stem = child.name if child.is_dir() else child.name.removesuffix(".md")
-                name = _ARCHIVE_STAMP.sub("", stem)
-                if not skill_file.is_file() or not is_safe_path_component(name):
-                    continue
-                mtime = child.stat(follow_symlinks=False).st_mtime
-                if name not in found or found[name][0] < mtime:
-                    found[name] = (mtime, path)
-        return {name: path for name, (_, path) in found.items()}
+        """Archived skills by name -> their folder or file (`archived_skills`)."""
+        return archived_skills(self.root / ARCHIVE_DIR)
 
     def restore(self, name: str, origin: Origin) -> Path:
         with self.locked():
@@ -1183,40 +706,11 @@ class Library:
                 )
             return skill_file
 
-    # -- history -----------------------------------------------------------------------------
-
-    def _save_history(self, name: str, path: Path) -> None:
-        if self.history_keep == 0:
-            return
-        data = read_tree_file(self.root, self._relpath(path))
-        if data is None:
-            return
-        digest = sha256_hex(data)[:12]
-        saved = self._saved_versions(name)
-        if saved and saved[-1].path is not None and saved[-1].path.name.endswith(f"-{digest}.md"):
-            # A write retried tick after tick (a full disk) replaces the same version: saving
-            # it each time would push the older versions out of the history.
-            return
-        folder = self.history_dir / name
-        folder.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        atomic_write(folder / f"{stamp}-{digest}.md", data)
-        for old in self._saved_versions(name)[: -self.history_keep]:
-            assert old.path is not None
-            old.path.unlink(missing_ok=True)
+    # -- history (skills/history.py) ---------------------------------------------------------
 
     def history(self, name: str) -> list[HistoryVersion]:
-        """Saved versions, oldest first: those saved on this host, and in a team library every
-        version the git history holds (a conflict's losing side included)."""
-        versions = self._saved_versions(self.check_name(name))
-        if self.team is not None and self.team.is_set_up:
-            for relpath in self._team_paths(name):
-                versions += [
-                    HistoryVersion(v.commit, v.committed_at, commit=v.commit, subject=v.subject)
-                    for v in self.team.file_versions(relpath)
-                ]
-            versions.sort(key=lambda v: v.saved_at)
-        return versions
+        """Saved versions of `name`, oldest first (`VersionHistory.versions`)."""
+        return self.versions.versions(self.check_name(name))
 
     def version_bytes(self, name: str, version: str) -> bytes:
         """The content of the saved version `version` (as `history` names it). Raises
@@ -1224,32 +718,7 @@ class Library:
         chosen = next((v for v in self.history(name) if v.version == version), None)
         if chosen is None:
             raise NotFound(f"{name} has no version {version}")
-        return self._version_bytes(chosen, name)
-
-    def _saved_versions(self, name: str) -> list[HistoryVersion]:
-        """The versions saved on this host, oldest first (bounded by `history_keep`)."""
-        versions = []
-        with contextlib.suppress(FileNotFoundError):
-            for child in sorted(os.scandir(self.history_dir / name), key=lambda e: e.name):
-                if child.name.endswith(".md") and not child.name.startswith("."):
-                    stem = child.name[:-3]
-                    saved = datetime.strptime(stem.split("-")[0], "%Y%m%dT%H%M%S%fZ")
-                    saved_at = saved.replace(tzinfo=UTC).isoformat(timespec="seconds")
-                    versions.append(HistoryVersion(stem, saved_at, path=Path(child.path)))
-        return versions
-
-    def _team_paths(self, name: str) -> list[str]:
-        """Where a skill's file has lived in a team library's tree (dir and flat layouts)."""
-        return [f"{name}/{SKILL_FILE}", f"{name}.md"]
-
-    def _version_bytes(self, version: HistoryVersion, name: str) -> bytes:
-        if version.path is not None:
-            return version.path.read_bytes()
-        assert self.team is not None and version.commit is not None
-        for relpath in self._team_paths(name):
-            with contextlib.suppress(KeyError):
-                return self.team.read_version(version.commit, relpath)
-        raise NotFound(f"{name} is not in commit {version.commit}")
+        return self.versions.content(chosen, name)
 
     def rollback(
         self, name: str, origin: Origin, *, version: str | None = None, force: bool = False
@@ -1269,22 +738,8 @@ class Library:
             versions = self.history(name)
             if not versions:
                 raise NotFound(f"{name} has no saved versions in library {self.name}")
-            if version is None:
-                current = entry.sha256 if entry is not None else None
-                chosen = next(
-                    (
-                        v
-                        for v in reversed(versions)
-                        if sha256_hex(self._version_bytes(v, name)) != current
-                    ),
-                    None,
-                )
-                if chosen is None:
-                    raise NotFound(f"{name} has no saved version other than the current one")
-            else:
-                chosen = next((v for v in versions if v.version == version), None)
-                if chosen is None:
-                    raise NotFound(f"{name} has no version {version}")
+            current = entry.sha256 if entry is not None else None
+            chosen = self.versions.choose(name, versions, version, current)
             if entry is not None:
                 # Neither read (into history) nor written through a link out of the root.
                 self._require_contained(entry)
@@ -1295,7 +750,7 @@ class Library:
                 path = self._new_path(name)
             # A saved version is bytes, not a render: an older skilld, or a teammate's commit,
             # may have written a live shell trigger into it. Broken in place, like render does.
-            data = neutralise_file(self._version_bytes(chosen, name))
+            data = neutralise_file(self.versions.content(chosen, name))
             digest = self._install("rolled_back", name, path, data, entry, origin)
             with self.state.transaction():
                 self.state.settle_provenance(self.name, name, digest)
@@ -1311,6 +766,17 @@ class Library:
             else:
                 self.usage.bump(name, "patch")
             return Written("updated", name, path, digest, 0)
+
+    def rewrite(self, entry: SkillEntry, data: bytes, origin: Origin, *, event: str) -> str:
+        """Replace a managed skill's file with `data` (its previous bytes saved in history),
+        for a repair that keeps the skill's text (`trigger_repair`); nothing is recorded in
+        the event log. Returns the new hash."""
+        self._require_contained(entry)
+        self._save_history(entry.name, entry.path)
+        return self._install(event, entry.name, entry.path, data, entry, origin)
+
+    def _save_history(self, name: str, path: Path) -> None:
+        self.versions.save(name, self._relpath(path))
 
 
 def _os_reason(exc: OSError) -> str:

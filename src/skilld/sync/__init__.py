@@ -4,9 +4,11 @@ The flow, as the daemon and the Library drive it:
 
 * start-up: `TeamRepo(dir, remote, host=…, branch=…).setup(managed=…)` (no network), then
   `sync()`;
-* every change skilld makes: `with repo.change(repo.change_message(event, name, session=…),
-  [relpath], manifest={name: ManifestEntry(relpath, sha256)}): <write the file>`;
-* ownership, team-wide: `repo.manifest().owns(name, sha256)`;
+* every change a Library makes: `with repo.skill_change(event, name, paths=…, written=…,
+  session=…, git=…, seed=…): <write the file>` (`TeamRepo` implements the library's
+  `skills.team_tree.TeamTree`: skills never imports sync); it is `repo.change(message,
+  [relpath], manifest={name: ManifestEntry(relpath, sha256)})`, joining first if need be;
+* ownership, team-wide: `repo.readable_manifest().owns(name, sha256)`;
 * every `[sync] interval_seconds` and on `skilld sync`: `report = repo.sync(usage=records)`;
   one `conflict` event per `report.conflicts`, one `sync_refused` per `report.refused` (a
   fetched commit holding what a library may not: incoming.py); exit 1 when `not report.ok`;

@@ -1,6 +1,10 @@
-"""A library dir as a git work tree of a team's remote: setup, commits, sync rounds, history.
+"""A library dir as a git work tree of a team's remote: setup, changes, sync rounds, history.
 
-Integration (the Library and the daemon call these; see the package docstring for the flow):
+`TeamRepo` is a `WorkTree` (worktree.py: the lock, staging, and the commits skilld makes of the
+tree on its own, the join and the leftovers a round commits first) with a remote.
+
+Integration (the Library, through `skills.team_tree.TeamTree`, and the daemon call these; see
+the package docstring for the flow):
 
     repo = TeamRepo(skills_dir, remote, branch="main", host="laptop")
     repo.setup(managed={...})                 # at start-up: init/join, .gitignore; no network
@@ -23,58 +27,40 @@ never happened, and commits anything else as a hand edit ("changed by hand on HO
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.digest import sha256_hex
 from skilld.fsutil import (
     UnsafePath,
     list_tree_files,
     read_tree_file,
-    remove_tree_file,
-    tree_path,
-    write_tree_file,
 )
-from skilld.log import get_logger
 from skilld.sync.git import Git, GitError, find_git
 from skilld.sync.health import Problem, diagnose, remote_rewritten, unrelated_history
 from skilld.sync.incoming import (
     MAX_FILE_BYTES,
     Refusal,
-    entry_problem,
     neutralise_attributes,
-    path_problem,
     refusals_of,
-    shown,
 )
 from skilld.sync.layout import (
-    EXCLUDE_HOST_LOCAL,
-    GITIGNORE,
     MANIFEST_PATH,
-    SKILL_FILE,
     USAGE_DIR,
     check_host,
-    gitignore_text,
-    skill_name_of_path,
-    usage_path,
 )
 from skilld.sync.manifest import (
     Manifest,
     ManifestEntry,
     ManifestError,
-    parse_manifest,
-    render_manifest,
 )
-from skilld.sync.messages import GITIGNORE as GITIGNORE_EVENT
-from skilld.sync.messages import HAND_EDIT, JOINED, RECOVERED, USAGE, change_message
+from skilld.sync.messages import change_message
 from skilld.sync.objects import is_ancestor, read_objects
 from skilld.sync.remote import (
     FETCHED_REF,
@@ -86,7 +72,12 @@ from skilld.sync.remote import (
     tracking_ref,
 )
 from skilld.sync.replay import Conflict, replay
-from skilld.sync.usage import UsageFileError, parse_host_usage, render_host_usage, sum_usage
+from skilld.sync.usage import UsageFileError, parse_host_usage, sum_usage
+from skilld.sync.worktree import WorkTree, acquire_lock
+
+if TYPE_CHECKING:
+    from skilld.gitinfo import GitContext
+    from skilld.skills.team_tree import SharedFile
 
 WORKTREE_LOCK = "skilld-worktree.lock"
 ROUND_LOCK = "skilld-round.lock"
@@ -170,7 +161,7 @@ class _Refused(Exception):
         self.refusals = tuple(refusals)
 
 
-class TeamRepo:
+class TeamRepo(WorkTree):
     """One library dir shared through one git remote and branch."""
 
     def __init__(
@@ -189,31 +180,22 @@ class TeamRepo:
         aside_dir: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.root = root
         #: Where a repair moves broken git metadata: never inside the work tree, where a join
         #: would see it. The app passes `<state>/sync-aside`.
         self.aside_dir = aside_dir or root.parent / f".{root.name}.skilld-aside"
-        self.max_file_bytes = max_file_bytes
         self.remote = normalise_remote(remote)
-        self.host = check_host(host)
+        checked_host = check_host(host)
         self.branch = check_branch(branch)
         self.max_push_attempts = max_push_attempts
         self.retry_pause = retry_pause
         self.retry_pause_limit = retry_pause_limit
-        self.git = Git(root, self.host, timeout=timeout, network_timeout=network_timeout)
+        git = Git(root, checked_host, timeout=timeout, network_timeout=network_timeout)
+        super().__init__(root, checked_host, git, max_file_bytes=max_file_bytes)
         self._clock = clock
-        self._thread_lock = threading.RLock()
-        self._lock_depth = 0
-        self._lock_fd: int | None = None
-        self._log = get_logger("skilld.sync")
 
     # -- set-up and health -------------------------------------------------------------------
 
-    @property
-    def is_set_up(self) -> bool:
-        return (self.root / ".git").exists()
-
-    def setup(self, managed: Mapping[str, ManifestEntry] | None = None) -> SetupResult:
+    def setup(self, managed: Mapping[str, SharedFile] | None = None) -> SetupResult:
         """Make the library dir a work tree of the remote; idempotent, no network.
 
         A dir without git metadata (new, empty, or full of skills) gets a repository whose
@@ -240,7 +222,8 @@ class TeamRepo:
         neutralise_attributes(self._git_dir())
         with self.lock():
             if self._head() is None:
-                commit = self._join_commit(managed or {})
+                seed = {n: ManifestEntry(e.path, e.sha256) for n, e in (managed or {}).items()}
+                commit = self._join_commit(seed)
             else:
                 commit = self._maintain_gitignore()
         return SetupResult(action, (commit,) if commit else ())
@@ -300,23 +283,6 @@ class TeamRepo:
     # -- changes -----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the work-tree lock (re-entrant). Hold it around writing a skill file and
-        committing it, or use `change`, which does. Before `setup` there is no git dir to
-        lock in: only this process's threads are kept apart."""
-        with self._thread_lock:
-            if self._lock_depth == 0 and self.is_set_up:
-                self._lock_fd = _acquire(self._git_dir() / WORKTREE_LOCK)
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-                if self._lock_depth == 0 and self._lock_fd is not None:
-                    os.close(self._lock_fd)
-                    self._lock_fd = None
-
-    @contextlib.contextmanager
     def change(
         self,
         message: str,
@@ -353,23 +319,6 @@ class TeamRepo:
                 outcome.error = exc.reason
                 self._log.warning("sync_commit_failed", reason=exc.reason, paths=list(paths))
 
-    def commit(self, message: str, paths: Sequence[str]) -> str | None:
-        """Commit exactly `paths` (relative to the root) as they are in the work tree; the new
-        commit, or None when they hold no change. Raises GitError."""
-        with self.lock():
-            present = [p for p in paths if os.path.lexists(self.root / p)]
-            gone = [p for p in paths if p not in present]
-            if present:
-                self._stage(_literal(present))
-            if gone:
-                self.git.run(
-                    "rm", "-r", "--quiet", "--cached", "--ignore-unmatch", "--", *_literal(gone)
-                )
-            if self.git.ok("diff", "--cached", "--quiet"):
-                return None
-            self.git.run("commit", "--quiet", "--no-verify", "--file=-", input=message.encode())
-            return self._head()
-
     def relpath(self, path: Path) -> str:
         """`path` (inside the root) as the repository names it."""
         return path.absolute().relative_to(self.root.absolute()).as_posix()
@@ -389,6 +338,41 @@ class TeamRepo:
             event, skill, host=self.host, session=session, repository=repository, branch=branch
         )
 
+    @contextlib.contextmanager
+    def skill_change(
+        self,
+        event: str,
+        name: str,
+        *,
+        paths: Sequence[Path],
+        written: SharedFile | None,
+        session: str | None,
+        git: GitContext | None,
+        seed: Callable[[], Mapping[str, SharedFile]],
+    ) -> Iterator[None]:
+        """A Library's change of `name`'s files (`paths`) as one commit naming the event, the
+        skill and the session, with the manifest entry of what skilld wrote (`written`; None
+        when the skill left the live library). See `skills.team_tree.TeamTree`."""
+        if not self.is_set_up:
+            # A change before any sync (a person's write on a new team library) is still its
+            # own commit: join first, so that it is not swept into the join commit. Without
+            # git the change stays in the work tree, and the first round commits it.
+            try:
+                self.setup(seed())
+            except (GitError, OSError) as exc:
+                self._log.warning("team_setup_failed", root=str(self.root), error=str(exc))
+        entry = ManifestEntry(written.path, written.sha256) if written is not None else None
+        message = self.change_message(
+            event,
+            name,
+            session=session,
+            repository=git.repository if git else None,
+            branch=git.branch if git else None,
+        )
+        relpaths = [self.relpath(path) for path in paths]
+        with self.change(message, relpaths, manifest={name: entry}):
+            yield
+
     # -- the team's view ---------------------------------------------------------------------
 
     def manifest(self) -> Manifest:
@@ -396,6 +380,14 @@ class TeamRepo:
         this host's changes). Raises ManifestError when a person broke it: treat every skill
         as not skilld's until the next change rewrites it."""
         return self._read_manifest()
+
+    def readable_manifest(self) -> Manifest | None:
+        """`manifest()`, or None (logged) when a person broke it: nothing is skilld's by it."""
+        try:
+            return self._read_manifest()
+        except ManifestError as exc:
+            self._log.warning("team_manifest_unreadable", root=str(self.root), error=str(exc))
+            return None
 
     def team_usage(self, local: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         """This host's usage records with every other host's published counters added."""
@@ -590,242 +582,7 @@ class TeamRepo:
             self._log.warning("sync_failed", root=str(self.root), error=error)
         return report
 
-    # -- what a round commits itself ---------------------------------------------------------
-
-    def _publish_usage(self, records: Mapping[str, Mapping[str, Any]]) -> str | None:
-        relpath = usage_path(self.host)
-        data = render_host_usage(self.host, records)
-        if read_tree_file(self.root, relpath) == data:
-            return None
-        write_tree_file(self.root, relpath, data)
-        subject = f"usage of {self.host}"
-        return self.commit(change_message(USAGE, None, host=self.host, subject=subject), [relpath])
-
-    def _commit_leftovers(self) -> list[str]:
-        """Commit what is uncommitted: skilld's own changes a crash or a git failure left
-        (their files hash to their manifest entries) in one commit, then everything else, a
-        person's edits, in a "changed by hand" commit."""
-        changed = self._changed_paths()
-        if not changed:
-            return []
-        head_manifest = self._manifest_at("HEAD")
-        try:
-            work_manifest = self._read_manifest()
-        except ManifestError as exc:
-            self._log.warning("sync_manifest_unreadable", error=str(exc))
-            work_manifest = head_manifest
-        accepted = self._accepted_entries(head_manifest, work_manifest)
-        settled = head_manifest.changed(accepted)
-        ours = {p for p in changed if self._is_skillds(p, accepted, head_manifest)}
-        current = read_tree_file(self.root, MANIFEST_PATH)
-        if settled.skills or current is not None:
-            if current != render_manifest(settled):
-                self._write_manifest(settled)
-            ours.add(MANIFEST_PATH)
-        commits = []
-        if ours:
-            skills = sorted({n for p in ours if (n := _skill_of(p, settled, head_manifest))})
-            message = change_message(
-                RECOVERED, ", ".join(skills) or None, host=self.host,
-                subject=f"skilld's uncommitted changes on {self.host}", paths=sorted(ours),
-            )  # fmt: skip
-            if commit := self.commit(message, sorted(ours)):
-                commits.append(commit)
-        hand = sorted(set(changed) - ours - {MANIFEST_PATH})
-        if hand:
-            skills = sorted({n for p in hand if (n := _skill_of(p, settled, head_manifest))})
-            message = change_message(
-                HAND_EDIT, ", ".join(skills) or None, host=self.host,
-                subject=f"changed by hand on {self.host}", paths=hand,
-            )  # fmt: skip
-            if commit := self.commit(message, hand):
-                commits.append(commit)
-        return commits
-
-    def _accepted_entries(self, head: Manifest, work: Manifest) -> dict[str, ManifestEntry | None]:
-        """The work tree's manifest changes whose file writes really happened."""
-        accepted: dict[str, ManifestEntry | None] = {}
-        for name in head.skills.keys() | work.skills.keys():
-            before, after = head.get(name), work.get(name)
-            if before == after:
-                continue
-            if after is None:
-                if before is not None and not self._exists(before.path):
-                    accepted[name] = None
-            elif self._sha256_of(after.path) == after.sha256:
-                accepted[name] = after
-        return accepted
-
-    def _is_skillds(
-        self, relpath: str, accepted: Mapping[str, ManifestEntry | None], head: Manifest
-    ) -> bool:
-        if relpath == usage_path(self.host):
-            return True
-        for name, entry in accepted.items():
-            previous = head.get(name)
-            folders = [_folder_of(e.path) for e in (entry, previous) if e is not None]
-            if any(relpath == f or relpath.startswith(f"{f}/") for f in folders):
-                return True
-        return False
-
-    def _join_commit(self, managed: Mapping[str, ManifestEntry]) -> str | None:
-        self._write_gitignore()
-        seeded = {
-            name: entry
-            for name, entry in managed.items()
-            if self._sha256_of(entry.path) == entry.sha256
-        }
-        if seeded:
-            self._write_manifest(self._work_manifest().changed(seeded))
-        # By name, never `.`: only what a library may hold (incoming.py) joins the history.
-        paths = self._shareable(self._changed_paths())
-        if paths:
-            self._stage(_literal(paths))
-        message = change_message(JOINED, None, host=self.host, subject=f"library of {self.host}")
-        self.git.run("commit", "--quiet", "--no-verify", "--file=-", input=message.encode())
-        return self._head()
-
-    def _maintain_gitignore(self) -> str | None:
-        if not self._write_gitignore():
-            return None
-        subject = "skilld keeps host-local files out of git"
-        message = change_message(GITIGNORE_EVENT, None, host=self.host, subject=subject)
-        return self.commit(message, [GITIGNORE])
-
-    def _write_gitignore(self) -> bool:
-        existing = read_tree_file(self.root, GITIGNORE)
-        wanted = gitignore_text((existing or b"").decode("utf-8", "replace")).encode()
-        if existing == wanted:
-            return False
-        write_tree_file(self.root, GITIGNORE, wanted)
-        return True
-
     # -- small helpers -----------------------------------------------------------------------
-
-    def _shareable(self, paths: Sequence[str]) -> list[str]:
-        """`paths` less what a library may not hold (incoming.py): what no other host would
-        accept is never committed (a warning names it; it stays in the work tree)."""
-        kept = []
-        for path in paths:
-            why = path_problem(path)
-            if why is None and os.path.islink(self.root / path):
-                why = "a symbolic link"
-            if why is None:
-                kept.append(path)
-            else:
-                self._log.warning("sync_not_shared", root=str(self.root), path=shown(path), why=why)
-        return kept
-
-    def _stage(self, pathspecs: Sequence[str]) -> None:
-        """`git add --all` of `pathspecs`, then unstage whatever a library may not hold,
-        whatever `.gitignore` says (host-local files, links, git metadata, files over the size
-        limit: incoming.py). They are unstaged after the add rather than excluded in it: with
-        an exclude pathspec, git (2.39) silently skips a file inside a folder it does not
-        track yet."""
-        self.git.run("add", "--all", "--", *pathspecs)
-        local = self._staged_but_not_shareable()
-        if not local:
-            return
-        if self._head() is None:
-            self.git.run("rm", "--cached", "--quiet", "--", *_literal(local))
-        else:
-            self.git.run("reset", "--quiet", "--", *_literal(local))
-
-    def _staged_but_not_shareable(self) -> list[str]:
-        raw = self.git.run(
-            "diff", "--cached", "--raw", "-z", "--no-renames", "--no-abbrev"
-        ).stdout.split(b"\0")
-        added: dict[str, tuple[str, str]] = {}  # path -> (mode, object) of what is staged
-        for meta, name in zip(raw[::2], raw[1::2], strict=False):
-            fields = meta.decode().lstrip(":").split()
-            if len(fields) == 5 and fields[4] != "D":
-                added[name.decode("utf-8", "surrogateescape")] = (fields[1], fields[3])
-        sizes = self._object_sizes({object_id for _, object_id in added.values()})
-        refused = []
-        for path, (mode, object_id) in added.items():
-            size = sizes.get(object_id)
-            why = entry_problem(mode, size, limit=self.max_file_bytes) or path_problem(path)
-            if why is not None:
-                self._log.warning("sync_not_shared", root=str(self.root), path=shown(path), why=why)
-                refused.append(path)
-        return refused
-
-    def _object_sizes(self, object_ids: set[str]) -> dict[str, int]:
-        if not object_ids:
-            return {}
-        wanted = "".join(f"{object_id}\n" for object_id in sorted(object_ids)).encode()
-        out = self.git.run("cat-file", "--batch-check=%(objectname) %(objectsize)", input=wanted)
-        sizes = {}
-        for line in out.text.splitlines():
-            object_id, _, size = line.partition(" ")
-            if size.isdigit():
-                sizes[object_id] = int(size)
-        return sizes
-
-    def _changed_paths(self) -> list[str]:
-        status = self.git.run(
-            "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
-            "--", ".", *EXCLUDE_HOST_LOCAL,
-        ).stdout  # fmt: skip
-        return [
-            record[3:].decode("utf-8", "surrogateescape")
-            for record in status.split(b"\0")
-            if len(record) > 3
-        ]
-
-    def _manifest_at(self, commit: str) -> Manifest:
-        data = read_objects(self.git, [f"{commit}:{MANIFEST_PATH}"]).get(
-            f"{commit}:{MANIFEST_PATH}"
-        )
-        if data is None:
-            return Manifest()
-        try:
-            return parse_manifest(data)
-        except ManifestError:
-            return Manifest()
-
-    def _read_manifest(self) -> Manifest:
-        """The work tree's manifest; empty when there is none yet. ManifestError when it is not
-        a manifest (a bad hand edit, or a link where it should be)."""
-        try:
-            data = read_tree_file(self.root, MANIFEST_PATH)
-        except UnsafePath as exc:
-            raise ManifestError(str(exc)) from None
-        return Manifest() if data is None else parse_manifest(data)
-
-    def _exists(self, relpath: str) -> bool:
-        try:
-            return os.path.lexists(tree_path(self.root, relpath))
-        except UnsafePath:
-            return False
-
-    def _sha256_of(self, relpath: str) -> str | None:
-        try:
-            data = read_tree_file(self.root, relpath)
-        except (UnsafePath, IsADirectoryError, NotADirectoryError):
-            return None
-        return sha256_hex(data) if data is not None else None
-
-    def _work_manifest(self) -> Manifest:
-        """The work tree's manifest; the committed one when a person broke the file."""
-        try:
-            return self._read_manifest()
-        except ManifestError as exc:
-            self._log.warning("sync_manifest_unreadable", error=str(exc))
-            return self._manifest_at("HEAD") if self._head() else Manifest()
-
-    def _write_manifest(self, manifest: Manifest) -> None:
-        write_tree_file(self.root, MANIFEST_PATH, render_manifest(manifest))
-
-    def _restore_file(self, relpath: str, data: bytes | None) -> None:
-        if data is None:
-            remove_tree_file(self.root, relpath)
-        else:
-            write_tree_file(self.root, relpath, data)
-
-    def _head(self) -> str | None:
-        result = self.git.run("rev-parse", "--quiet", "--verify", "HEAD^{commit}", check=False)
-        return result.line or None
 
     def _ahead(self) -> int:
         tracking = tracking_ref(self.branch)
@@ -838,44 +595,10 @@ class TeamRepo:
         args = [tip] if excluding is None else [tip, "--not", excluding]
         return int(self.git.run("rev-list", "--count", *args).line or 0)
 
-    def _git_dir(self) -> Path:
-        dot_git = self.root / ".git"
-        if dot_git.is_dir():
-            return dot_git
-        return Path(self.git.run("rev-parse", "--absolute-git-dir").line)
-
     @contextlib.contextmanager
     def _round_lock(self) -> Iterator[None]:
-        fd = _acquire(self._git_dir() / ROUND_LOCK)
+        fd = acquire_lock(self._git_dir() / ROUND_LOCK)
         try:
             yield
         finally:
             os.close(fd)
-
-
-def _acquire(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _literal(paths: Sequence[str]) -> list[str]:
-    return [f":(literal){path}" for path in paths]
-
-
-def _folder_of(relpath: str) -> str:
-    """A skill's folder for the dir layout (`name/SKILL.md` -> `name`), else the file."""
-    return relpath.removesuffix(f"/{SKILL_FILE}") if relpath.endswith(f"/{SKILL_FILE}") else relpath
-
-
-def _skill_of(relpath: str, *manifests: Manifest) -> str | None:
-    for manifest in manifests:
-        for name, entry in manifest.skills.items():
-            folder = _folder_of(entry.path)
-            if relpath == folder or relpath.startswith(f"{folder}/"):
-                return name
-    return skill_name_of_path(relpath)

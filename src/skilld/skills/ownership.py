@@ -1,0 +1,119 @@
+"""Whose a skill file is: the facts ownership is decided on, and the rule over them.
+
+A file is `bundled` or `hub` when the agent's own bundle or hub lists it, `managed` when it
+hashes to what skilld wrote there (this host's provenance, or a team library's manifest), and
+`human` otherwise. Ownership before a change is always decided on a fresh read.
+"""
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from skilld.digest import sha256_hex
+from skilld.fsutil import UnsafePath, read_tree_file
+from skilld.skills.discovery import Owner, OwnerRule
+from skilld.skills.layout import ARCHIVE_DIR
+
+if TYPE_CHECKING:
+    from skilld.skills.team_tree import SharedManifest
+    from skilld.state import Provenance
+
+BUNDLED_MANIFEST = ".bundled_manifest"
+HUB_LOCK = ".hub/lock.json"
+
+
+def bundled_names(root: Path) -> set[str]:
+    """The skills the agent's bundle installed (`.bundled_manifest`)."""
+    try:
+        text = (read_tree_file(root, BUNDLED_MANIFEST) or b"").decode("utf-8")
+    except (OSError, UnsafePath, UnicodeDecodeError):
+        return set()
+    names = (line.split(":", 1)[0].strip() for line in text.splitlines())
+    return {name for name in names if name and not name.startswith("#")}
+
+
+def hub_names(root: Path) -> set[str]:
+    """The skills a hub installed (`.hub/lock.json`)."""
+    try:
+        data = json.loads(read_tree_file(root, HUB_LOCK) or b"{}")
+    except (OSError, ValueError):  # UnsafePath is a ValueError
+        return set()
+    installed = data.get("installed") if isinstance(data, dict) else None
+    return set(installed) if isinstance(installed, dict) else set()
+
+
+def owner_rule(
+    bundled: set[str],
+    hub: set[str],
+    provenance: "Mapping[str, Provenance]",
+    team: "SharedManifest | None",
+) -> OwnerRule:
+    """The owner of a skill file by its name and hash, over the facts read for one listing."""
+
+    def owner_of(name: str, digest: str | None) -> Owner:
+        if name in bundled:
+            return "bundled"
+        if name in hub:
+            return "hub"
+        record = provenance.get(name)
+        ours = record is not None and digest in (record.sha256, record.prev_sha256)
+        # A team library: what any host's skilld last wrote is skilld's on every host.
+        shared = team is not None and team.owns(name, digest)
+        return "managed" if ours or shared else "human"
+
+    return owner_of
+
+
+class ManagedCount:
+    """Which skills are skilld's by hash, for the cap: only the files skilld recorded are
+    looked at, and a file's hash is kept while its identity (inode, size, mtime) stays the
+    same, so the count costs a stat per managed skill, not a read of the library, on every
+    create. (Ownership before a change is always decided on a fresh read.)"""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        #: Skill file -> (inode, size, mtime) -> its sha256.
+        self._digests: dict[str, tuple[tuple[int, int, int], str]] = {}
+
+    def names(
+        self,
+        provenance: "Mapping[str, Provenance]",
+        team: "SharedManifest | None",
+        *,
+        excluded: set[str],
+    ) -> list[str]:
+        """Skills skilld wrote (here, or any host of a team) and nobody changed since."""
+        expected: dict[str, set[str]] = {}
+        paths: dict[str, Path] = {}
+        for name, record in provenance.items():
+            expected[name] = {record.sha256, record.prev_sha256 or record.sha256}
+            paths[name] = Path(record.path)
+        if team is not None:
+            for name, shared in team.skills.items():
+                expected.setdefault(name, set()).add(shared.sha256)
+                paths.setdefault(name, self.root / shared.path)
+        archive = self.root / ARCHIVE_DIR
+        managed = []
+        for name, path in sorted(paths.items()):
+            inside = self.root in path.parents and archive not in path.parents
+            if name not in excluded and inside and self._digest(path) in expected[name]:
+                managed.append(name)
+        return managed
+
+    def _digest(self, path: Path) -> str | None:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._digests.get(str(path))
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        try:
+            digest = sha256_hex(path.read_bytes())
+        except OSError:
+            return None
+        self._digests[str(path)] = (identity, digest)
+        return digest
