@@ -25,28 +25,63 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The skilld modules `module` imports anywhere in its file."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+class Import:
+    """One imported name as written: the skilld module it resolves to (None for another
+    package's), the top-level package, and whether it sits under `if TYPE_CHECKING:`."""
+
+    def __init__(self, target: str | None, top: str, typing_only: bool) -> None:
+        self.target, self.top, self.typing_only = target, top, typing_only
+
+    def __repr__(self) -> str:
+        where = " (TYPE_CHECKING)" if self.typing_only else ""
+        return f"{self.target or self.top}{where}"
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(module: str, text: str, known: set[str], *, package: bool = False) -> list[Import]:
+    """Every import in `text` (the source of `module`), each resolved to a module of `known`."""
+    home = module if package else module.rpartition(".")[0]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, typing_only: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, typing_only)
+            return
+        names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                anchor = home.split(".")[: len(home.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
-        else:
-            continue
         for name in names:
-            while name and name not in known:  # `pkg.module.Name` -> `pkg.module`
-                name = name.rpartition(".")[0]
-            if name:
-                targets.add(name)
-    targets.discard(module)
-    return targets
+            target = name
+            while target and target not in known:  # `pkg.module.Name` -> `pkg.module`
+                target = target.rpartition(".")[0]
+            found.append(Import(target or None, name.split(".")[0], typing_only))
+        for child in ast.iter_child_nodes(node):
+            visit(child, typing_only)
+
+    visit(ast.parse(text), False)
+    return [i for i in found if i.target != module]
+
+
+def imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The skilld modules `module` imports anywhere in its file."""
+    text = path.read_text(encoding="utf-8")
+    found = imports_of(module, text, set(known), package=path.name == "__init__.py")
+    return {i.target for i in found if i.target is not None}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
