@@ -58,6 +58,32 @@ HOOK_MODULES = {
     "skilld.skills.names",
     "skilld.skills.usage",
 }
+#: All of skilld `skills list --json` loads: the app (config, routing, the state and the library
+#: with what a listing reads through: discovery, ownership, the outcomes its callers record, the
+#: writer lock) and the report. History, the team's work tree and the evolve code load on use.
+LIST_MODULES = (HOOK_MODULES - {"skilld.commands.usage"}) | {
+    "skilld.app",
+    "skilld.commands.skills",
+    "skilld.digest",
+    "skilld.reports",
+    "skilld.skills.discovery",
+    "skilld.skills.document",
+    "skilld.skills.library",
+    "skilld.skills.lock",
+    "skilld.skills.outcomes",
+    "skilld.skills.ownership",
+    "skilld.state",
+}
+#: `status --json`: what a listing loads, the backlog (its gates and windows only when a
+#: session holds messages), the review queue and the team sync status.
+STATUS_MODULES = (LIST_MODULES - {"skilld.commands.skills"}) | {
+    "skilld.commands.daemon",
+    "skilld.evolve",
+    "skilld.evolve.backlog",
+    "skilld.evolve.review",
+    "skilld.team",
+}
+PINNED = {"usage": HOOK_MODULES, "skills": LIST_MODULES, "status": STATUS_MODULES}
 
 
 PROBE = """
@@ -95,8 +121,7 @@ def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: l
     assert [module for module in AVOIDED if module in loaded["modules"]] == []
     command_modules = {m for m in loaded["modules"] if m.startswith("skilld.commands.")}
     assert command_modules == {"skilld.commands.common", f"skilld.commands.{GROUPS[command[0]]}"}
-    if command[0] == "usage":
-        assert {m for m in loaded["modules"] if m.startswith("skilld")} == HOOK_MODULES
+    assert {m for m in loaded["modules"] if m.startswith("skilld")} == PINNED[command[0]]
 
 
 #: All of skilld `skilld mcp` loads before it answers `initialize` and `tools/list`: the config,

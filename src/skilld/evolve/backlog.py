@@ -2,7 +2,8 @@
 the daemon is).
 
 Light on purpose: `skilld status` imports this, not the LLM client or the prompt's existing
-skill listing. The size of a prompt around a window is what the daemon measured on its last
+skill listing, and the gates and the window code load only when a session holds something.
+The size of a prompt around a window is what the daemon measured on its last
 reflection of each library (`PROMPT_CHARS_KEY`), else the bare template's.
 """
 
@@ -11,14 +12,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from skilld.evolve._gates import GateSettings, Waiting, decide, summarise
-from skilld.evolve.window import decode_message, render_window, split_window
 from skilld.routing import source_id_of
-from skilld.state import Held, SessionState, StateDB
-from skilld.transcripts.model import Message
 
 if TYPE_CHECKING:
     from skilld.app import App
+    from skilld.evolve._gates import GateSettings, Waiting
+    from skilld.state import Held, SessionState, StateDB
+    from skilld.transcripts.model import Message
 
 #: state.db meta: library name -> characters of its last reflection prompt, without the window.
 PROMPT_CHARS_KEY = "prompt_chars"
@@ -27,6 +27,9 @@ PROMPT_CHARS_KEY = "prompt_chars"
 def summary_of(state: StateDB, session: SessionState) -> Held:
     """The session's summary; one carried over from an older state.db is computed from its
     held messages (once: the caller saves it)."""
+    from skilld.evolve._gates import summarise
+    from skilld.evolve.window import decode_message
+
     held = session.held
     if held.conversational >= 0:
         return held
@@ -44,6 +47,9 @@ def ready_windows(
 ) -> Waiting | list[list[Message]]:
     """The windows a session's held messages make, split in order, or why it waits. Only a
     session the gates let through is decoded."""
+    from skilld.evolve._gates import Waiting, decide
+    from skilld.evolve.window import decode_message, split_window
+
     decision = decide(
         summary_of(state, session),
         last_reflect_at=session.last_reflect_at,
@@ -65,8 +71,36 @@ def backlog(app: App) -> dict[str, Any]:
     are `sessions_waiting`: that content is not late, it waits for the agent. At the spend cap a
     window costs at least one call, so `min_hours_at_spend_cap` is a lower bound.
     """
-    config = app.config
     state = app.state
+    pending = state.sessions_with_pending()
+    # The gates and the window code load only when a session holds something to measure.
+    totals, by_source = _measure(app, pending) if pending else (dict.fromkeys(_TOTALS, 0), {})
+    windows = totals["windows"]
+    stats = state.session_stats()
+    cap = app.config.llm.max_calls_per_hour
+    return {
+        "windows": windows,
+        "estimated_tokens": totals["window_chars"] // 4,
+        "sessions_ready": totals["sessions_ready"],
+        "sessions_waiting": totals["sessions_waiting"],
+        "sessions_deferred": stats["deferred"],
+        "pending_messages": stats["pending_messages"],
+        "max_calls_per_hour": cap,
+        "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
+        "by_source": by_source,
+    }
+
+
+_TOTALS = ("windows", "window_chars", "sessions_ready", "sessions_waiting")
+
+
+def _measure(app: App, keys: list[str]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """The windows the sessions `keys` make once the cooldown has passed: the totals, and by
+    source."""
+    from skilld.evolve._gates import GateSettings, Waiting
+    from skilld.evolve.window import render_window
+
+    config, state = app.config, app.state
     settings = GateSettings(
         min_messages=config.evolve.min_messages,
         cooldown_seconds=0,
@@ -74,9 +108,9 @@ def backlog(app: App) -> dict[str, Any]:
     )
     library_of = {source_id_of(route.source): route.library for route in app.routing.routes}
     measured: dict[str, int] = state.get_meta(PROMPT_CHARS_KEY, {})
-    windows = window_chars = sessions_ready = sessions_waiting = 0
+    totals = dict.fromkeys(_TOTALS, 0)
     by_source: dict[str, dict[str, int]] = {}
-    for key in state.sessions_with_pending():
+    for key in keys:
         session = state.session(key)
         if session is None or session.source not in library_of:
             continue
@@ -89,30 +123,18 @@ def backlog(app: App) -> dict[str, Any]:
             state, session, settings, config.evolve.window_max_chars, now=time.time()
         )
         if isinstance(ready, Waiting):
-            sessions_waiting += 1
+            totals["sessions_waiting"] += 1
             source["sessions_waiting"] += 1
             continue
         prompt = measured.get(library_of[session.source]) or _bare_prompt_chars()
         chars = sum(prompt + len(render_window(window)) for window in ready)
-        sessions_ready += 1
-        windows += len(ready)
-        window_chars += chars
+        totals["sessions_ready"] += 1
+        totals["windows"] += len(ready)
+        totals["window_chars"] += chars
         source["sessions_ready"] += 1
         source["windows"] += len(ready)
         source["estimated_tokens"] += chars // 4
-    stats = state.session_stats()
-    cap = config.llm.max_calls_per_hour
-    return {
-        "windows": windows,
-        "estimated_tokens": window_chars // 4,
-        "sessions_ready": sessions_ready,
-        "sessions_waiting": sessions_waiting,
-        "sessions_deferred": stats["deferred"],
-        "pending_messages": stats["pending_messages"],
-        "max_calls_per_hour": cap,
-        "min_hours_at_spend_cap": round(windows / cap, 2) if cap else None,
-        "by_source": by_source,
-    }
+    return totals, by_source
 
 
 def _bare_prompt_chars() -> int:

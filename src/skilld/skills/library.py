@@ -59,7 +59,6 @@ from skilld.skills.document import (
     same_text,
     validate_skill,
 )
-from skilld.skills.history import HistoryVersion, VersionHistory
 from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
 from skilld.skills.lock import WriterLock
 from skilld.skills.names import InvalidName, form_of, is_safe_path_component, validate_name
@@ -81,10 +80,11 @@ from skilld.skills.ownership import (
     hub_names,
     owner_rule,
 )
-from skilld.skills.team_tree import SharedManifest, TeamTree, WrittenFile, team_seed
 from skilld.skills.usage import Record, UsageStore, new_record
 
 if TYPE_CHECKING:
+    from skilld.skills.history import HistoryVersion, VersionHistory
+    from skilld.skills.team_tree import SharedManifest, TeamTree, WrittenFile
     from skilld.state import Provenance, StateDB
 
 __all__ = [
@@ -94,7 +94,6 @@ __all__ = [
     "USER_RANK",
     "Deleted",
     "FileFacts",
-    "HistoryVersion",
     "Layout",
     "Library",
     "Origin",
@@ -117,7 +116,7 @@ class Library:
         *,
         history_dir: Path,
         locks_dir: Path,
-        team: TeamTree | None = None,
+        team: "TeamTree | None" = None,
         clock: Callable[[], float] = time.time,
         file_facts: FileFacts | None = None,
     ) -> None:
@@ -148,9 +147,7 @@ class Library:
             form=self.form,
             file_facts=file_facts,
         )
-        self.versions = VersionHistory(
-            self.root, history_dir, keep=spec.history_keep, team=team, clock=clock
-        )
+        self._versions: VersionHistory | None = None
         self._log = get_logger("skilld.library")
 
     # -- start-up ----------------------------------------------------------------------------
@@ -245,12 +242,14 @@ class Library:
             owner_of, include_extra=include_extra, parse=parse, only=only
         )
 
-    def team_seed(self) -> dict[str, WrittenFile]:
+    def team_seed(self) -> "dict[str, WrittenFile]":
         """What this host's provenance vouches for, to start a team's manifest (`team_seed`)."""
+        from skilld.skills.team_tree import team_seed
+
         assert self.team is not None
         return team_seed(self.team, self.state.all_provenance(self.name))
 
-    def _team_manifest(self) -> SharedManifest | None:
+    def _team_manifest(self) -> "SharedManifest | None":
         return self.team.readable_manifest() if self.team is not None else None
 
     @contextlib.contextmanager
@@ -272,6 +271,8 @@ class Library:
         if self.team is None:
             yield
             return
+        from skilld.skills.team_tree import WrittenFile
+
         written_file = (
             WrittenFile(self.team.relpath(written), digest or "") if written is not None else None
         )
@@ -708,7 +709,19 @@ class Library:
 
     # -- history (skills/history.py) ---------------------------------------------------------
 
-    def history(self, name: str) -> list[HistoryVersion]:
+    @property
+    def versions(self) -> "VersionHistory":
+        """The saved versions (loaded on first use: a listing never needs them)."""
+        if self._versions is None:
+            from skilld.skills.history import VersionHistory
+
+            self._versions = VersionHistory(
+                self.root, self.history_dir, keep=self.history_keep, team=self.team,
+                clock=self._clock,
+            )  # fmt: skip
+        return self._versions
+
+    def history(self, name: str) -> "list[HistoryVersion]":
         """Saved versions of `name`, oldest first (`VersionHistory.versions`)."""
         return self.versions.versions(self.check_name(name))
 
