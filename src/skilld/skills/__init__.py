@@ -26,7 +26,7 @@ _EXPORTS = {
     **dict.fromkeys(["Library"], "library"),
     **dict.fromkeys(["Origin", "Refused", "Unchanged", "WriteFailed", "Written"], "outcomes"),
     **dict.fromkeys(["BUNDLED_MANIFEST", "HUB_LOCK"], "ownership"),
-    **dict.fromkeys(["SharedFile", "TeamTree", "WrittenFile"], "team_tree"),
+    **dict.fromkeys(["SharedFile", "SkillChange", "TeamTree", "WrittenFile"], "team_tree"),
     **dict.fromkeys(["break_shell_triggers"], "trigger_repair"),
     **dict.fromkeys(
         [

@@ -271,20 +271,11 @@ class Library:
         if self.team is None:
             yield
             return
-        from skilld.skills.team_tree import WrittenFile
+        from skilld.skills.team_tree import SkillChange, WrittenFile
 
-        written_file = (
-            WrittenFile(self.team.relpath(written), digest or "") if written is not None else None
-        )
-        with self.team.skill_change(
-            event,
-            name,
-            paths=paths,
-            written=written_file,
-            session=origin.session,
-            git=origin.git,
-            seed=self.team_seed,
-        ):
+        shared = WrittenFile(self.team.relpath(written), digest or "") if written else None
+        change = SkillChange(event, name, paths, shared, origin.session, origin.git)
+        with self.team.skill_change(change, self.team_seed):
             yield
 
     def _bundled_names(self) -> set[str]:

@@ -35,6 +35,19 @@ class WrittenFile(NamedTuple):
     sha256: str
 
 
+class SkillChange(NamedTuple):
+    """One change of a skill's files (`paths`), as its team commit names it: the event, the
+    skill, the session and where it worked, and the manifest entry of what skilld wrote
+    (`written`; None when the skill left the live library)."""
+
+    event: str
+    name: str
+    paths: Sequence[Path]
+    written: SharedFile | None
+    session: str | None
+    git: "GitContext | None"
+
+
 class SharedManifest(Protocol):
     """Which skills any host's skilld wrote, by the hash of what it wrote."""
 
@@ -74,19 +87,10 @@ class TeamTree(Protocol):
     def read_version(self, commit: str, relpath: str) -> bytes: ...
 
     def skill_change(
-        self,
-        event: str,
-        name: str,
-        *,
-        paths: Sequence[Path],
-        written: SharedFile | None,
-        session: str | None,
-        git: "GitContext | None",
-        seed: Callable[[], Mapping[str, SharedFile]],
+        self, change: SkillChange, seed: Callable[[], Mapping[str, SharedFile]]
     ) -> AbstractContextManager[None]:
-        """One commit around one change of `name`'s files (`paths`), setting its manifest entry
-        to `written` (None: it left the live library). A work tree not set up yet joins first,
-        its manifest started from `seed()`."""
+        """One commit around `change`. A work tree not set up yet joins first, its manifest
+        started from `seed()`."""
         ...
 
 

@@ -4,8 +4,8 @@ The flow, as the daemon and the Library drive it:
 
 * start-up: `TeamRepo(dir, remote, host=…, branch=…).setup(managed=…)` (no network), then
   `sync()`;
-* every change a Library makes: `with repo.skill_change(event, name, paths=…, written=…,
-  session=…, git=…, seed=…): <write the file>` (`TeamRepo` implements the library's
+* every change a Library makes: `with repo.skill_change(SkillChange(event, name, paths,
+  written, session, git), seed): <write the file>` (`TeamRepo` implements the library's
   `skills.team_tree.TeamTree`: skills never imports sync); it is `repo.change(message,
   [relpath], manifest={name: ManifestEntry(relpath, sha256)})`, joining first if need be;
 * ownership, team-wide: `repo.readable_manifest().owns(name, sha256)`;

@@ -76,8 +76,7 @@ from skilld.sync.usage import UsageFileError, parse_host_usage, sum_usage
 from skilld.sync.worktree import WorkTree, acquire_lock
 
 if TYPE_CHECKING:
-    from skilld.gitinfo import GitContext
-    from skilld.skills.team_tree import SharedFile
+    from skilld.skills.team_tree import SharedFile, SkillChange
 
 WORKTREE_LOCK = "skilld-worktree.lock"
 ROUND_LOCK = "skilld-round.lock"
@@ -340,19 +339,11 @@ class TeamRepo(WorkTree):
 
     @contextlib.contextmanager
     def skill_change(
-        self,
-        event: str,
-        name: str,
-        *,
-        paths: Sequence[Path],
-        written: SharedFile | None,
-        session: str | None,
-        git: GitContext | None,
-        seed: Callable[[], Mapping[str, SharedFile]],
+        self, change: SkillChange, seed: Callable[[], Mapping[str, SharedFile]]
     ) -> Iterator[None]:
-        """A Library's change of `name`'s files (`paths`) as one commit naming the event, the
-        skill and the session, with the manifest entry of what skilld wrote (`written`; None
-        when the skill left the live library). See `skills.team_tree.TeamTree`."""
+        """A Library's change of a skill's files as one commit naming the event, the skill and
+        the session, with the manifest entry of what skilld wrote. See
+        `skills.team_tree.TeamTree`."""
         if not self.is_set_up:
             # A change before any sync (a person's write on a new team library) is still its
             # own commit: join first, so that it is not swept into the join commit. Without
@@ -361,16 +352,17 @@ class TeamRepo(WorkTree):
                 self.setup(seed())
             except (GitError, OSError) as exc:
                 self._log.warning("team_setup_failed", root=str(self.root), error=str(exc))
+        written, git = change.written, change.git
         entry = ManifestEntry(written.path, written.sha256) if written is not None else None
         message = self.change_message(
-            event,
-            name,
-            session=session,
+            change.event,
+            change.name,
+            session=change.session,
             repository=git.repository if git else None,
             branch=git.branch if git else None,
         )
-        relpaths = [self.relpath(path) for path in paths]
-        with self.change(message, relpaths, manifest={name: entry}):
+        relpaths = [self.relpath(path) for path in change.paths]
+        with self.change(message, relpaths, manifest={change.name: entry}):
             yield
 
     # -- the team's view ---------------------------------------------------------------------
