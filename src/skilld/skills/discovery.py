@@ -33,7 +33,7 @@ FileFacts = dict[str, tuple[tuple[int, int, int, int], str, str | None]]
 USER_RANK = 400
 EXTRA_RANK = 100
 #: The suffix `archive` adds to a name already in the archive.
-_ARCHIVE_STAMP = re.compile(r"-\d{8}T\d{6}Z$")
+_ARCHIVE_STAMP = r"-\d{8}T\d{6}Z$"  # compiled on first use
 
 
 class SkillEntry(NamedTuple):
@@ -337,7 +337,7 @@ def archived_skills(archive_root: Path) -> dict[str, Path]:
             path = Path(child.path)
             skill_file = path / SKILL_FILE if child.is_dir() else path
             stem = child.name if child.is_dir() else child.name.removesuffix(".md")
-            name = _ARCHIVE_STAMP.sub("", stem)
+            name = re.compile(_ARCHIVE_STAMP).sub("", stem)
             if not skill_file.is_file() or not is_safe_path_component(name):
                 continue
             mtime = child.stat(follow_symlinks=False).st_mtime

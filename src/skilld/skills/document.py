@@ -135,18 +135,20 @@ _WHEN_KEY_SPELLINGS = frozenset(_WHEN_KEYS.values())
 _KNOWN_KEYS = frozenset({"name", "description", "metadata", _DISABLE_KEY}) | _WHEN_KEY_SPELLINGS
 _ANGLE_BRACKET_DIALECTS = frozenset({"claude", "agentskills"})
 
-_DELIMITER_LINE = re.compile(r"^---[ \t]*$", re.MULTILINE)
-_OPENING_LINE = re.compile(r"---[ \t]*(?:\n|\Z)")
-_FENCE_TRIGGER = re.compile(r"(```+)!")
+# Patterns are compiled on first use (by `re`'s cache): a listing imports this module and uses
+# two of them.
+_DELIMITER_LINE = r"(?m)^---[ \t]*$"
+_OPENING_LINE = r"---[ \t]*(?:\n|\Z)"
+_FENCE_TRIGGER = r"(```+)!"
 #: Claude Code's and Hermes's inline trigger: `!` directly before a backtick.
 _INLINE_TRIGGER = "!`"
 # A CommonMark code fence opening (up to three spaces, three or more backticks or tildes).
-_FENCE_OPENING = re.compile(r" {0,3}(`{3,}|~{3,})")
+_FENCE_OPENING = r" {0,3}(`{3,}|~{3,})"
 # What a when-to-use may open with that the fold's own "Use when" already says.
-_WHEN_LEAD = re.compile(r"(?:use\s+(?:this\s+(?:skill\s+)?)?when|when)(?:\s+|$)", re.IGNORECASE)
+_WHEN_LEAD = r"(?i)(?:use\s+(?:this\s+(?:skill\s+)?)?when|when)(?:\s+|$)"
 # Where a description holds more than one sentence: a full stop, then a capital ("e.g. a" is
 # one sentence, "Find it. Fix it." two).
-_SENTENCE_BREAK = re.compile(r"[.!?]\s+[A-Z]")
+_SENTENCE_BREAK = r"[.!?]\s+[A-Z]"
 # Characters YAML (or str.splitlines) treats as a line break.
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 # Wide enough that the emitter never folds a line; folding would be harmless YAML but makes
@@ -239,10 +241,10 @@ def parse_skill(text: str | bytes, *, dialect: str | None = None) -> SkillDoc:
     if dialect is not None:
         require_dialect(dialect)
     text = _normalise_newlines(_decode(text))
-    opening = _OPENING_LINE.match(text)
+    opening = re.compile(_OPENING_LINE).match(text)
     if opening is None:
         raise SkillParseError("no frontmatter: the first line must be '---'")
-    closing = _DELIMITER_LINE.search(text, opening.end())
+    closing = re.compile(_DELIMITER_LINE).search(text, opening.end())
     if closing is None:
         raise SkillParseError("frontmatter is not closed: no '---' line after the first")
     frontmatter = _load_frontmatter(text[opening.end() : closing.start()])
@@ -391,7 +393,7 @@ def _scan_sections(lines: list[str]) -> tuple[int | None, bool]:
             if re.fullmatch(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*", line):
                 fence = None
             continue
-        opening = _FENCE_OPENING.match(line)
+        opening = re.compile(_FENCE_OPENING).match(line)
         # A backtick fence's info string holds no backtick (CommonMark): such a line is text.
         if opening and not (opening.group(1)[0] == "`" and "`" in line[opening.end() :]):
             fence = opening.group(1)
@@ -442,7 +444,7 @@ def _yaml_type_name(value: object) -> str:
     return type(value).__name__
 
 
-_NAME_LINE = re.compile(r"^name:[ \t]*['\"]?([^'\"\n#]*?)['\"]?[ \t]*$", re.MULTILINE)
+_NAME_LINE = r"(?m)^name:[ \t]*['\"]?([^'\"\n#]*?)['\"]?[ \t]*$"
 
 
 def quick_problem(data: bytes, name: str) -> str | None:
@@ -453,13 +455,13 @@ def quick_problem(data: bytes, name: str) -> str | None:
         text = _normalise_newlines(data.decode("utf-8-sig"))
     except UnicodeDecodeError as error:
         return f"not valid UTF-8 at byte {error.start}"
-    opening = _OPENING_LINE.match(text)
+    opening = re.compile(_OPENING_LINE).match(text)
     if opening is None:
         return "no frontmatter: the first line must be '---'"
-    closing = _DELIMITER_LINE.search(text, opening.end())
+    closing = re.compile(_DELIMITER_LINE).search(text, opening.end())
     if closing is None:
         return "frontmatter is not closed: no '---' line after the first"
-    found = _NAME_LINE.search(text, opening.end(), closing.start())
+    found = re.compile(_NAME_LINE).search(text, opening.end(), closing.start())
     if found is None:
         return "frontmatter has no 'name'"
     if found.group(1) != name:
@@ -545,7 +547,7 @@ def neutralise_shell_injection(text: str) -> str:
 
     The one neutraliser: the renderer applies it to every field of every dialect, and
     `neutralise_file` to bytes a rollback brings back."""
-    return _FENCE_TRIGGER.sub(r"\1\\!", text.replace(_INLINE_TRIGGER, "! `"))
+    return re.compile(_FENCE_TRIGGER).sub(r"\1\\!", text.replace(_INLINE_TRIGGER, "! `"))
 
 
 def neutralise_file(data: bytes) -> bytes:
@@ -592,7 +594,7 @@ def _as_sentence(text: str) -> str:
 
 def _when_clause(text: str) -> str:
     clause = text.strip()
-    while (lead := _WHEN_LEAD.match(clause)) is not None:
+    while (lead := re.compile(_WHEN_LEAD).match(clause)) is not None:
         clause = clause[lead.end() :].lstrip()
     clause = _lower_first_word(clause).rstrip()
     while clause.endswith("."):
@@ -720,7 +722,7 @@ def _check_index_line(name: str, description: str, budget: ListingBudget) -> Non
     text = description.strip()
     if not text.endswith("."):
         raise InvalidSkill(f"description must end with a period: {budget.who} lists one sentence")
-    if _SENTENCE_BREAK.search(text):
+    if re.compile(_SENTENCE_BREAK).search(text):
         raise InvalidSkill(f"description must be one sentence: {budget.who} lists one")
     words = name.split("-")
     if len(words) > 1 and re.search(
