@@ -73,6 +73,14 @@ LIST_MODULES = (HOOK_MODULES - {"skilld.commands.usage"}) | {
     "skilld.skills.outcomes",
     "skilld.skills.ownership",
     "skilld.state",
+    # `StateDB` is made of every table family's module.
+    "skilld.state.db",
+    "skilld.state.events",
+    "skilld.state.lock",
+    "skilld.state.proposals",
+    "skilld.state.provenance",
+    "skilld.state.sessions",
+    "skilld.state.skill_uses",
 }
 #: `status --json`: what a listing loads, the backlog (its gates and windows only when a
 #: session holds messages), the review queue and the team sync status.
