@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from skilld.log import get_logger
+from skilld.masking import mask_urls, masked_url
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -48,7 +49,7 @@ def set_up(library: Library) -> list[str]:
         # The seed is read only where a join may still happen (it hashes every skill file).
         result = team.setup(library.team_seed() if not team.is_set_up else None)
     except (GitError, OSError) as exc:
-        return [f"{library.root}: {exc}"]
+        return [mask_urls(f"{library.root}: {exc}")]
     return [f"{problem.message} (repair: {problem.repair})" for problem in result.problems]
 
 
@@ -64,10 +65,12 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
 
     previous = state.get_meta(meta_key(library.name), {})
     when = datetime.fromtimestamp(report.finished_at, UTC).isoformat(timespec="seconds")
+    # git's errors come masked (skilld.sync.git); what else a round says is masked here.
+    error = mask_urls(report.error) if report.error else report.error
     status = {
         **previous,
         "last_attempt": when,
-        "last_error": report.error,
+        "last_error": error,
         "pushed": report.pushed,
         "pulled": report.pulled,
         "ahead": report.ahead,
@@ -110,9 +113,7 @@ def record_round(library: Library, state: StateDB, report: SyncReport) -> None:
                 detail=refused,
             )
         if not report.ok:
-            state.add_event(
-                "error", library=library.name, source="sync", reason=f"sync: {report.error}"
-            )
+            state.add_event("error", library=library.name, source="sync", reason=f"sync: {error}")
         state.set_meta(meta_key(library.name), status)
 
 
@@ -186,7 +187,7 @@ def sync_status(app: App) -> list[dict[str, Any]]:
         rows.append(
             {
                 "library": library.name,
-                "remote": team.remote,
+                "remote": masked_url(team.remote),
                 "branch": team.branch,
                 "host": team.host,
                 "set_up": status.set_up,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from skilld.config import SECTIONS, Config, SourceConfig
 from skilld.errors import ConfigError
 from skilld.fsutil import TEMP_MARKER, read_tree_file
+from skilld.masking import mask_urls, masked_url
 from skilld.routing import AGENTS, default_path, default_sources, resolve
 from skilld.skills.usage import USAGE_FILE
 from skilld.state import StateDB, StateError, process_alive
@@ -50,7 +51,6 @@ _SESSION_GLOBS = {
     "codex": "**/rollout-*.jsonl",
     "dsh": "*/*/session*.jsonl*",
 }
-_SECRET_QUERY_WORDS = ("key", "token", "secret", "password", "auth", "sig")
 
 
 @dataclass(frozen=True)
@@ -350,7 +350,9 @@ async def probe_llm(settings: LLMSettings) -> LLMError | None:
 
 def llm_verdict(config: Config, error: LLMError | None) -> Check:
     """What the probe's outcome means for a person fixing their setup."""
-    url = _masked_url(config.llm.base_url)
+    from skilld.redact import redact
+
+    url = redact(masked_url(config.llm.base_url)).text
     model = config.llm.model
     if error is None:
         return Check("llm", "ok", f"{url} answered a 1-token request with model {model!r}")
@@ -379,28 +381,6 @@ def llm_verdict(config: Config, error: LLMError | None) -> Check:
     if error.kind == "rate_limited" and error.retryable:
         return Check("llm", "warn", f"reachable but rate limited right now{status}; {said}")
     return Check("llm", "fail", f"{error.kind}{status} from {url}: {said}")
-
-
-def _masked_url(url: str) -> str:
-    """The URL without a password or secret-looking query values, for printing."""
-    from skilld.redact import redact
-
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return redact(url).text
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", ":****@", 1)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    masked_query = urllib.parse.urlencode(
-        [
-            (key, "****" if any(word in key.lower() for word in _SECRET_QUERY_WORDS) else value)
-            for key, value in query
-        ],
-        safe="*",
-    )
-    return redact(urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=masked_query))).text
 
 
 def check_team_libraries(config: Config) -> list[Check]:
@@ -434,7 +414,9 @@ def check_team_libraries(config: Config) -> list[Check]:
             continue
         if not status.set_up:
             checks.append(
-                Check("sync", "ok", f"{spec.name}: joins {team.remote} at its first sync")
+                Check(
+                    "sync", "ok", f"{spec.name}: joins {masked_url(team.remote)} at its first sync"
+                )
             )
         live = [f"{p.message} (repair: {p.repair})" for p in status.problems]
         findings = sync_findings(live, recorded.get(meta_key(spec.name), {}))
@@ -443,7 +425,9 @@ def check_team_libraries(config: Config) -> list[Check]:
             checks.append(Check("sync", "fail", f"{spec.name}: {message}; repair: {repair[:-1]}"))
         if status.set_up and not findings:
             ahead = f", {status.ahead} commits to push" if status.ahead else ""
-            checks.append(Check("sync", "ok", f"{spec.name}: work tree of {team.remote}{ahead}"))
+            checks.append(
+                Check("sync", "ok", f"{spec.name}: work tree of {masked_url(team.remote)}{ahead}")
+            )
     return checks
 
 
@@ -518,14 +502,12 @@ def _toml_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _printable(section: str, key: str, value: Any) -> Any:
+def _printable(value: Any) -> Any:
     """Values as printed: URLs without credentials, every string through redaction."""
     from skilld.redact import redact
 
-    if section == "llm" and key == "base_url":
-        return _masked_url(value)
     if isinstance(value, str):
-        return redact(value).text
+        return redact(mask_urls(value)).text
     return value
 
 
@@ -549,7 +531,7 @@ def render_config(config: Config) -> Iterator[str]:
             if raw is None:
                 yield f"# {key} not set  # {comment}"
                 continue
-            value = _printable(section, key, raw)
+            value = _printable(raw)
             if section == "llm" and key == "api_key_env":
                 key_state = "set" if config.llm.api_key() else "NOT set"
                 comment += f"; ${value} is {key_state} (its value is never shown)"
@@ -581,7 +563,7 @@ def _render_libraries(config: Config) -> Iterator[str]:
             yield f"# name_prefix = {toml_value(spec.name_prefix)}"
         yield f"# project_dir = {toml_value(spec.project_dir or '')}"
         if spec.remote:
-            yield f"# remote = {toml_value(_masked_url(spec.remote))}"
+            yield f"# remote = {toml_value(masked_url(spec.remote))}"
             yield f"# branch = {toml_value(spec.branch)}"
     yield "# routing:"
     for route in routing.routes:
@@ -610,5 +592,5 @@ def _render_sources(config: Config) -> Iterator[str]:
                 default = source_path(spec) or "none for this kind: set it"
                 yield f"# {key} not set: {default}  # {comment}"
                 continue
-            printed = toml_value(_printable("sources", key, value))
+            printed = toml_value(_printable(value))
             yield f"{key} = {printed}  # {comment}"

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from skilld.masking import mask_urls
+
 #: Settings given on every command line: they beat the repository's own config too.
 _FORCED_CONFIG: tuple[tuple[str, str], ...] = (
     ("core.hooksPath", os.devnull),
@@ -183,7 +185,8 @@ class Git:
             raise GitTimeout(
                 f"git {args[0]} took longer than {timeout:g} s and was stopped", args=args
             ) from None
-        stderr = stderr_bytes.decode("utf-8", "replace")
+        # git echoes the URL it talks to (with its token) in errors: masked before it is kept.
+        stderr = mask_urls(stderr_bytes.decode("utf-8", "replace"))
         result = GitResult(process.returncode, stdout, stderr)
         if check and process.returncode != 0:
             reason = one_line_reason(stderr, f"git {args[0]} exited with {process.returncode}")

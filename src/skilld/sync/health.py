@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from skilld.masking import masked_url
 from skilld.sync.git import Git, GitError
 from skilld.sync.remote import same_remote, tracking_ref
 
@@ -88,11 +89,13 @@ def diagnose(
         else:
             found("wrong-branch", message, "branch", "--move", current, branch)
     url = git.run("config", "--get", "remote.origin.url", check=False).line
+    # Either URL may hold a token: what is said and the repair are worded with masked URLs.
+    shown = masked_url(remote)
     if not url:
-        found("no-remote", f"{root} has no remote named origin", "remote", "add", "origin", remote)
+        found("no-remote", f"{root} has no remote named origin", "remote", "add", "origin", shown)
     elif not same_remote(remote, url):
-        message = f"{root} syncs with {url}, but the config says {remote}"
-        found("wrong-remote", message, "remote", "set-url", "origin", remote)
+        message = f"{root} syncs with {masked_url(url)}, but the config says {shown}"
+        found("wrong-remote", message, "remote", "set-url", "origin", shown)
     if history and head and _unrelated(git, tracking_ref(branch)):
         problems.append(unrelated_history(root, branch, aside))
     return problems
