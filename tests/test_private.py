@@ -3,14 +3,21 @@ stored, and the state dir is readable by its owner only."""
 
 from __future__ import annotations
 
+import os
+import random
 import signal
 import socket
+import stat
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from skilld.masking import mask_urls, masked_url
-from tests.conftest import Workspace, git
+from tests.conftest import Workspace, conversation, git
+from tests.fakellm import FakeLLM, Reply, skill_reply
+from tests.test_redact import FACTORIES
 
 #: A token used as the URL's user name, and one in a query (neither has a shape redaction knows).
 USER_TOKEN = "Zq8vN3pL0wT6yR2uK1"
@@ -79,3 +86,74 @@ def test_a_token_in_a_team_remote_is_never_printed_or_stored(workspace: Workspac
     for secret in (USER_TOKEN, QUERY_TOKEN, OTHER_TOKEN):
         assert secret not in "\n".join(said)
         assert not any(secret.encode() in data for data in stored), secret
+
+
+# -- the state dir is its owner's -------------------------------------------------------------
+
+
+def modes(state: Path) -> dict[str, str]:
+    """Each path under the state dir with its permission bits, e.g. {"state.db": "0o600"}."""
+    found = {".": oct(stat.S_IMODE(state.stat().st_mode))}
+    for path in state.rglob("*"):
+        if not path.is_symlink():
+            found[str(path.relative_to(state))] = oct(stat.S_IMODE(path.stat().st_mode))
+    return found
+
+
+def private(found: dict[str, str]) -> bool:
+    return all(mode in ("0o700", "0o600") for mode in found.values())
+
+
+def cli_with_umask(workspace: Workspace, *args: str) -> None:
+    """`skilld ARGS` started with a umask that lets everyone read what it creates."""
+    previous = os.umask(0)
+    try:
+        result = workspace.cli(*args)
+    finally:
+        os.umask(previous)
+    assert result.returncode == 0, result.stderr
+
+
+def echo_window(request: dict[str, Any]) -> Reply:
+    """A model that learns the window it was sent, word for word."""
+    return skill_reply("echoed-window", content=request["messages"][-1]["content"])
+
+
+@pytest.mark.parametrize("publish", ["auto", "review"])
+def test_no_planted_secret_reaches_a_file_of_the_state_dir(
+    workspace: Workspace, fake_llm: FakeLLM, publish: str
+) -> None:
+    planted = [factory(random.Random(label)) for label, factory in FACTORIES.items()]
+    messages = conversation()
+    messages[0]["content"] += "\n" + "\n".join(secret.text for secret in planted)
+    messages[2]["content"] += "\n" + "\n".join(secret.text for secret in planted)
+    workspace.add_session("leaky", messages)
+    workspace.llm_url = fake_llm.base_url
+    workspace.settings["evolve"] = {"publish": publish}
+    workspace.write_config()
+    fake_llm.responder = echo_window
+    cli_with_umask(workspace, "once")
+    # The control: the window did reach the model and come back into what skilld keeps.
+    kind = "created" if publish == "auto" else "staged"
+    assert [event["skill"] for event in workspace.events(kind)] == ["echoed-window"]
+    kept = workspace.state / "pending" if publish == "review" else workspace.skills
+    assert any(b"[REDACTED:" in path.read_bytes() for path in kept.rglob("*") if path.is_file())
+    stored = [path.read_bytes() for path in workspace.state.rglob("*") if path.is_file()]
+    for secret in planted:
+        assert secret.secret.encode() not in b"".join(stored), secret.kind
+    assert private(modes(workspace.state)), modes(workspace.state)
+
+
+def test_an_open_state_dir_is_repaired_at_start_with_an_event(workspace: Workspace) -> None:
+    workspace.write_config()
+    workspace.cli_here("skills", "write", "deploy", "--description", "Ship.", "--content", "A")
+    workspace.cli_here("skills", "write", "deploy", "--description", "Ship.", "--content", "B")
+    for path in [workspace.state, *workspace.state.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    assert not private(modes(workspace.state))
+    cli_with_umask(workspace, "once")
+    assert private(modes(workspace.state)), modes(workspace.state)
+    [event] = workspace.events("permissions_repaired")
+    assert {".", "state.db", "history", "locks"} <= set(event["detail"]["paths"])
+    cli_with_umask(workspace, "once")
+    assert len(workspace.events("permissions_repaired")) == 1  # nothing left to repair

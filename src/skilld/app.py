@@ -10,6 +10,7 @@ from pathlib import Path
 
 from skilld.config import Config
 from skilld.errors import ConfigError, UsageError
+from skilld.fsutil import make_private, private_dir
 from skilld.routing import (
     PROJECT_MARK,
     LibrarySpec,
@@ -196,8 +197,16 @@ def open_app(
     long-lived caller remembers of the skill files between opens (`FileFacts`)."""
     routing = with_named_library(resolve(config), config, requested)
     nameable = nameable_agent_libraries(config) if requested is not None else ()
+    # A state dir made before skilld kept it private, or opened up by hand, is repaired first.
+    repaired = make_private(config.state.dir)
     state = StateDB(config.state.dir / "state.db")
     try:
+        if repaired:
+            state.add_event(
+                "permissions_repaired",
+                reason=f"{len(repaired)} paths in {config.state.dir} were open to other users",
+                detail={"paths": repaired[:50]},
+            )
         libraries = {
             name: _library(config, state, spec, file_facts)
             for name, spec in routing.libraries.items()
@@ -226,6 +235,6 @@ def _adopt(state: StateDB, library: Library, orphans: list[str], history_root: P
         old_history = history_root / (f"{PROJECT_MARK}{storage_key(orphan)}" if orphan else "")
         saved = old_history / name
         if saved.is_dir() and not (library.history_dir / name).exists():
-            library.history_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(library.history_dir)
             with contextlib.suppress(OSError):
                 os.replace(saved, library.history_dir / name)

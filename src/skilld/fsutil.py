@@ -41,6 +41,10 @@ TEMP_MARKER = ".skilld-tmp-"
 #: Files are created readable and writable by everyone the umask allows: a service unit's
 #: `UMask=0002` then gives the agent's group write access, as a person would expect.
 FILE_MODE = 0o666
+#: The state dir holds what transcripts taught (outcomes of redacted windows, staged proposals,
+#: the event log) and the panel's token: its owner's alone, whatever the umask.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 #: A temp file of a process that may still be writing it (in another pid namespace, say) is
 #: left alone for this long.
 STRAY_TEMP_SECONDS = 3600.0
@@ -104,6 +108,61 @@ def _replace_via_temp(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp, dir_fd=parent)
         raise
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a folder only its owner may enter; missing parents are created so as well.
+    An existing folder is left as it is (`make_private` repairs one)."""
+    if not path.is_dir():
+        if not path.parent.is_dir():
+            private_dir(path.parent)
+        path.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
+    return path
+
+
+def make_private(root: Path) -> list[str]:
+    """Take group's and others' access away from `root` (the state dir) and what it holds;
+    the paths (relative to `root`) that had some. A root that is already private is checked
+    one level deep only: what skilld creates below it is private from the start, so only a
+    dir made before that (or opened up by hand) needs the whole walk. Links are never
+    followed; what cannot be changed (another owner's file) is left as it is."""
+    try:
+        info = os.lstat(root)
+    except OSError:
+        return []
+    if not stat.S_ISDIR(info.st_mode):
+        return []
+    deep = bool(info.st_mode & 0o077)
+    changed: list[str] = []
+    if _privatise(root, info.st_mode, PRIVATE_DIR_MODE):
+        changed.append(".")
+    folders = [root]
+    while folders:
+        folder = folders.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    private = PRIVATE_DIR_MODE
+                    if deep:
+                        folders.append(Path(entry.path))
+                elif stat.S_ISREG(mode):
+                    private = PRIVATE_FILE_MODE
+                else:
+                    continue  # a link, a socket: nothing of skilld's
+                if _privatise(Path(entry.path), mode, private):
+                    changed.append(os.path.relpath(entry.path, root))
+    return sorted(changed)
+
+
+def _privatise(path: Path, mode: int, private: int) -> bool:
+    if not mode & 0o077:
+        return False
+    try:
+        os.chmod(path, stat.S_IMODE(mode) & private)  # never a link: the caller looked
+    except OSError:
+        return False
+    return True
 
 
 def remove_stray_temps(root: Path, *, depth: int = 2, now: float | None = None) -> list[Path]:

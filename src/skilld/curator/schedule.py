@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.app import App
 from skilld.curator.passes import LifecycleReport, read_last_run, run_lifecycle, write_last_run
-from skilld.fsutil import atomic_write
+from skilld.fsutil import PRIVATE_FILE_MODE, atomic_write, private_dir
 from skilld.log import get_logger
 from skilld.skills.library import Library
 
@@ -105,7 +105,7 @@ async def curate(
 def write_report(folder: Path, run: CuratorRun) -> Path:
     """`<state_dir>/reports/curate-<UTC stamp>.json`, never overwriting an earlier one; the
     report names its own path (`run.report_path` is set before it is written)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     stamp = run.started_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = folder / f"curate-{stamp}.json"
     suffix = 1
@@ -114,7 +114,7 @@ def write_report(folder: Path, run: CuratorRun) -> Path:
         suffix += 1
     run.report_path = path
     text = json.dumps(run.as_dict(), ensure_ascii=False, indent=2, default=str) + "\n"
-    atomic_write(path, text)
+    atomic_write(path, text, mode=PRIVATE_FILE_MODE)
     return path
 
 

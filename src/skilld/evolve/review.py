@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from skilld.fsutil import atomic_write, check_component
+from skilld.fsutil import PRIVATE_FILE_MODE, atomic_write, check_component, private_dir
 from skilld.skills.document import SkillDoc
 from skilld.skills.library import Origin
 from skilld.state import utc_now_iso
@@ -69,8 +69,9 @@ class ReviewQueue:
             project_root=str(project_root) if project_root is not None else None,
         )
         path = self._path(storage_key, doc.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(staged._asdict(), ensure_ascii=False, indent=2) + "\n")
+        private_dir(path.parent)
+        text = json.dumps(staged._asdict(), ensure_ascii=False, indent=2) + "\n"
+        atomic_write(path, text, mode=PRIVATE_FILE_MODE)
         return path
 
     def staged(self) -> list[tuple[Path, Staged]]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from skilld.digest import sha256_hex
 from skilld.errors import NotFound
-from skilld.fsutil import atomic_write, read_tree_file
+from skilld.fsutil import PRIVATE_FILE_MODE, atomic_write, private_dir, read_tree_file
 from skilld.skills.layout import SKILL_FILE
 
 if TYPE_CHECKING:
@@ -62,9 +62,9 @@ class VersionHistory:
             # it each time would push the older versions out of the history.
             return
         folder = self.dir / name
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)  # under the state dir: its owner's alone
         stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        atomic_write(folder / f"{stamp}-{digest}.md", data)
+        atomic_write(folder / f"{stamp}-{digest}.md", data, mode=PRIVATE_FILE_MODE)
         for old in self.saved_versions(name)[: -self.keep]:
             assert old.path is not None
             old.path.unlink(missing_ok=True)

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from skilld.fsutil import FILE_MODE
+from skilld.fsutil import PRIVATE_FILE_MODE, private_dir
 
 
 class WriterLock:
@@ -27,8 +27,8 @@ class WriterLock:
             finally:
                 self._depth -= 1
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        private_dir(self.path.parent)  # under the state dir: its owner's alone
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._depth = 1

@@ -8,6 +8,7 @@ of its own beside this one; `skilld.state.StateDB` is made of them.
 
 import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from skilld.errors import StateError
+from skilld.fsutil import PRIVATE_FILE_MODE, private_dir
 
 #: How long a writer waits for another's lock before giving up (seconds).
 BUSY_TIMEOUT_SECONDS = 30
@@ -169,7 +171,10 @@ class Database:
     def __init__(self, path: Path, *, clock: Any = time.time) -> None:
         self.path = path
         self._clock = clock
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        # SQLite gives the -wal and -shm files the database's own mode: 0600 from the start.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
         try:
             self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
         except sqlite3.Error as exc:

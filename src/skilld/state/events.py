@@ -50,6 +50,8 @@ EVENT_KINDS = frozenset(
         # an action taken through the web panel (what, on which skill)
         "web",
         "sync_refused",
+        # the state dir was open to other users: its modes were set to its owner's alone
+        "permissions_repaired",
     }
 )
 

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from skilld.errors import StateError
+from skilld.fsutil import PRIVATE_FILE_MODE, private_dir
 
 
 def process_alive(pid: object) -> bool:
@@ -28,8 +29,8 @@ class DaemonLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
