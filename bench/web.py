@@ -171,12 +171,16 @@ def cli(config: Config, *args: str) -> Callable[[], None]:
     return run
 
 
+#: The panel always needs a token; the benchmark's requests carry this one.
+BENCH_TOKEN = "bench-token"
+
+
 @contextlib.contextmanager
 def serving(config: Config) -> Iterator[str]:
     """The panel on a free loopback port, in a thread; yields its URL."""
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    access = Access(allowed_hosts(["127.0.0.1"], port), None, "bench")
+    access = Access(allowed_hosts(["127.0.0.1"], port), BENCH_TOKEN, "bench")
     server = PanelServer(
         uvicorn.Config(guarded_app(config, access), log_level="error", lifespan="off")
     )
@@ -314,7 +318,8 @@ def measure(root: Path, size: int, events: int, runs: int) -> list[tuple[str, fl
     fill_events(root / "state" / "state.db", events, shown)
     config = config_for(root)
     rows = []
-    with serving(config) as url, httpx.Client(base_url=url, timeout=60) as client:
+    bearer = {"authorization": f"Bearer {BENCH_TOKEN}"}
+    with serving(config) as url, httpx.Client(base_url=url, headers=bearer, timeout=60) as client:
         pairs: list[tuple[str, Callable[[], None], Callable[[], None]]] = [
             ("skills", page(client, "/skills"), cli(config, "skills", "list", "--json")),
             (

@@ -5,34 +5,42 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
+import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from starlette.testclient import TestClient
 
 from skilld.config import load_config
-from skilld.errors import ConfigError
+from skilld.errors import ConfigError, SkilldError
 from skilld.evolve.report import DAILY_SPEND_KEY, add_daily_spend
 from skilld.evolve.review import ReviewQueue
 from skilld.skills.document import SkillDoc
 from skilld.skills.library import Origin
 from skilld.state import StateDB
+from skilld.web.login import panel_token
 from skilld.web.panel import guarded_app
 from skilld.web.render import markdown, safe_link
 from skilld.web.security import (
     SESSION_COOKIE,
     Access,
+    Guard,
     allowed_hosts,
-    read_token,
-    session_value,
+    fib_trie_addresses,
+    host_names,
+    if_inet6_addresses,
+    valid_session,
 )
 from tests.conftest import Workspace, conversation, git
 from tests.fakellm import FakeLLM, skill_reply
@@ -43,10 +51,19 @@ TOKEN = "t0ken-for-the-panel"
 HOSTILE = '<script>alert("x")</script> <img src=x onerror=alert(1)> <svg onload=alert(2)>'
 
 
-def client_for(workspace: Workspace, token: str | None = None) -> TestClient:
+def panel_app(workspace: Workspace) -> Guard:
     config = load_config(workspace.config_path, environ={})
     hosts = allowed_hosts(["127.0.0.1", "localhost", "::1"], 8741)
-    return TestClient(guarded_app(config, Access(hosts, token, SECRET)), base_url=ORIGIN)
+    return guarded_app(config, Access(hosts, TOKEN, SECRET))
+
+
+def client_for(workspace: Workspace, *, login: bool = True, app: Guard | None = None) -> TestClient:
+    """A client of the panel (`app`, else a new one), logged in (unless `login` is False)
+    through the login URL `skilld web` prints."""
+    client = TestClient(app or panel_app(workspace), base_url=ORIGIN)
+    if login:
+        assert client.get(f"/?token={TOKEN}", follow_redirects=False).status_code == 303
+    return client
 
 
 def write_skill(workspace: Workspace, name: str, description: str, content: str) -> None:
@@ -362,16 +379,17 @@ def test_get_on_an_action_is_refused(panel: TestClient, workspace: Workspace) ->
     assert workspace.events("web") == []
 
 
-def test_with_a_token_every_request_needs_it(workspace: Workspace) -> None:
+def test_every_request_needs_the_token(workspace: Workspace) -> None:
     workspace.write_config()
     write_skill(workspace, "deploy", "Deploy the service.", "Ship.\n")
-    with client_for(workspace, token=TOKEN) as client:
+    with client_for(workspace, login=False) as client:
         assert client.get("/api/status").status_code == 401
         assert client.get("/", follow_redirects=False).headers["location"] == "/login"
         wrong = {"authorization": "Bearer nope"}
         assert client.get("/api/skills", headers=wrong).status_code == 401
-        right = {"authorization": f"Bearer {TOKEN}"}
-        assert client.get("/api/skills", headers=right).status_code == 200
+        for scheme in ("Bearer", "bearer", "BEARER"):
+            right = {"authorization": f"{scheme} {TOKEN}"}
+            assert client.get("/api/skills", headers=right).status_code == 200
         refused = client.post(
             "/act/pin",
             data={"csrf": SECRET, "library": "default", "name": "deploy"},
@@ -380,6 +398,7 @@ def test_with_a_token_every_request_needs_it(workspace: Workspace) -> None:
         assert refused.status_code == 401 and not_pinned(workspace)
         login = {"csrf": SECRET, "token": "wrong"}
         assert client.post("/login", data=login, headers={"origin": ORIGIN}).status_code == 401
+        assert client.get("/skills?token=wrong&q=x", follow_redirects=False).status_code == 401
         assert SESSION_COOKIE not in client.cookies
         response = client.post(
             "/login",
@@ -389,11 +408,57 @@ def test_with_a_token_every_request_needs_it(workspace: Workspace) -> None:
         )
         assert response.status_code == 303
         cookie = response.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie
-        assert TOKEN not in cookie and session_value(TOKEN) in cookie
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=" in cookie
+        assert TOKEN not in cookie
         assert client.get("/").status_code == 200
         assert post(client, "pin", library="default", name="deploy").status_code == 200
     assert not not_pinned(workspace)
+
+
+def test_the_login_url_sets_a_session_and_redirects_to_the_clean_url(
+    workspace: Workspace,
+) -> None:
+    workspace.write_config()
+    with client_for(workspace, login=False) as client:
+        response = client.get(f"/skills?q=de&token={TOKEN}", follow_redirects=False)
+        assert (response.status_code, response.headers["location"]) == (303, "/skills?q=de")
+        first = client.cookies[SESSION_COOKIE]
+        assert client.get("/skills?q=de").status_code == 200
+    with client_for(workspace) as again:
+        second = again.cookies[SESSION_COOKIE]
+    # Each login its own cookie; each proves this token only, and only until it expires.
+    assert first != second and TOKEN not in first
+    now = time.time()
+    assert valid_session(first, TOKEN, now) and valid_session(second, TOKEN, now)
+    assert not valid_session(first, TOKEN + "-rotated", now)
+    assert not valid_session(first, TOKEN, now + 8 * 24 * 3600)
+    expires, nonce, mac = first.split(".")
+    assert not valid_session(f"{int(expires) + 3600}.{nonce}.{mac}", TOKEN, now)
+
+
+def test_wrong_tokens_are_answered_a_few_a_second_and_others_go_on(
+    workspace: Workspace,
+) -> None:
+    workspace.write_config()
+    app = panel_app(workspace)
+    guessing: list[float] = []
+
+    def guess() -> None:
+        with client_for(workspace, login=False, app=app) as guesser:
+            started = time.monotonic()
+            for number in range(6):
+                assert guesser.get(f"/api/status?token=guess{number}").status_code == 401
+            guessing.append(time.monotonic() - started)
+
+    with client_for(workspace, app=app) as client:
+        guesser = threading.Thread(target=guess)
+        guesser.start()
+        while guesser.is_alive():
+            started = time.monotonic()
+            assert client.get("/api/status").status_code == 200  # a session is never slowed
+            assert time.monotonic() - started < 0.5
+        guesser.join()
+    assert guessing[0] >= 2.0  # six wrong guesses: five waits of half a second
 
 
 # -- the JSON API ----------------------------------------------------------------------------
@@ -487,11 +552,20 @@ def test_only_http_and_relative_links_survive(url: str, safe: bool) -> None:
 
 
 def start_panel(workspace: Workspace, *args: str, **env: str) -> tuple[subprocess.Popen[str], str]:
+    """`skilld web` started; the login URL it printed."""
     process = workspace.popen("web", "--port", "0", *args, **env)
     assert process.stdout is not None
     line = process.stdout.readline()
     assert line.startswith("skilld web: http://"), process.communicate(timeout=10)
     return process, line.removeprefix("skilld web: ").strip()
+
+
+def logged_in(login: str) -> httpx.Client:
+    """A client that opened the login URL, as a person's browser does."""
+    client = httpx.Client(base_url=login.split("?", 1)[0], timeout=10, follow_redirects=True)
+    assert client.get(login).status_code == 200
+    assert SESSION_COOKIE in client.cookies
+    return client
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -500,12 +574,19 @@ def test_skilld_web_prints_its_address_serves_and_stops_cleanly(
 ) -> None:
     workspace.write_config()
     write_skill(workspace, "deploy", "Deploy the service.", "Ship.\n")
-    process, url = start_panel(workspace)
+    process, login = start_panel(workspace)
     try:
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/")
-        rows = httpx.get(url + "api/skills", timeout=10).json()
+        token = (workspace.state / "web-token").read_text().strip()
+        assert login == f"{login.split('?')[0]}?token={token}"
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}", login)
+        assert oct(stat.S_IMODE((workspace.state / "web-token").stat().st_mode)) == "0o600"
+        client = logged_in(login)
+        url = login.split("?", 1)[0]
+        assert httpx.get(url + "api/skills", timeout=10).status_code == 401
+        rows = client.get("api/skills").json()
         assert [row["name"] for row in rows] == ["deploy"]
-        with httpx.stream("GET", url + "events/live?after=0", timeout=10) as live:
+        assert workspace.cli("web", "--url").stdout == login + "\n"
+        with client.stream("GET", "events/live?after=0") as live:
             assert live.headers["content-type"].startswith("text/event-stream")
             lines = live.iter_lines()
             first = next(line for line in lines if line.startswith("data: "))
@@ -521,26 +602,82 @@ def test_skilld_web_prints_its_address_serves_and_stops_cleanly(
         process.kill()
     assert process.returncode == 0, err
     assert out == ""  # the one line was read above; nothing else is printed
+    gone = workspace.cli("web", "--url")
+    assert gone.returncode == 1 and "no panel is running" in gone.stderr
 
 
-def test_a_non_loopback_bind_needs_a_token(workspace: Workspace, tmp_path: Path) -> None:
+def lan_addresses() -> list[str]:
+    """This machine's non-loopback IPv4 addresses (`ip -j addr`, independent of the code
+    under test)."""
+    try:
+        shown = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True)
+        interfaces = json.loads(shown.stdout or "[]")
+    except (OSError, ValueError):
+        return []
+    return [
+        info["local"]
+        for interface in interfaces
+        for info in interface.get("addr_info", [])
+        if not info["local"].startswith("127.")
+    ]
+
+
+def test_a_non_loopback_bind_needs_a_token_and_answers_to_every_own_address(
+    workspace: Workspace,
+) -> None:
     workspace.write_config()
     result = workspace.cli("web", "--host", "0.0.0.0", "--port", "0")
     assert result.returncode == 2
     assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1
     assert "token" in result.stderr and "0.0.0.0" in result.stderr
-    process, url = start_panel(workspace, "--host", "0.0.0.0", SKILLD_WEB_TOKEN=TOKEN)
+    # A token generated on first use is no configured one: still refused off loopback.
+    assert (workspace.state / "web-token").exists()
+    assert workspace.cli("web", "--host", "0.0.0.0", "--port", "0").returncode == 2
+    lan = lan_addresses()
+    host = "0.0.0.0" if lan else "127.0.0.2"
+    process, login = start_panel(workspace, "--host", host, SKILLD_WEB_TOKEN=TOKEN)
     try:
-        port = url.rsplit(":", 1)[1].strip("/")
-        assert httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=10).status_code == 401
+        port = urlsplit(login).port
+        assert login == f"http://{'127.0.0.1' if lan else host}:{port}/?token={TOKEN}"
+        base = f"http://{'127.0.0.1' if lan else host}:{port}"
+        assert httpx.get(f"{base}/api/status", timeout=10).status_code == 401
         authorised = {"authorization": f"Bearer {TOKEN}"}
-        status = httpx.get(f"http://127.0.0.1:{port}/api/status", headers=authorised, timeout=10)
-        assert status.status_code == 200
+        for address in lan or [host]:
+            # Addressed by the machine's own LAN address (its hostname maps to loopback).
+            status = httpx.get(
+                f"http://{address}:{port}/api/status", headers=authorised, timeout=10
+            )
+            assert status.status_code == 200, address
+        foreign = {**authorised, "host": f"evil.example:{port}"}
+        assert httpx.get(f"{base}/api/status", headers=foreign, timeout=10).status_code == 421
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=15)
     finally:
         process.kill()
     assert process.returncode == 0
+
+
+def test_a_wildcard_bind_answers_to_each_interface_address() -> None:
+    trie = """Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 10.1.0.0/16 2 0 2
+        |-- 10.1.0.0
+           /16 link UNICAST
+        |-- 10.1.2.3
+           /32 host LOCAL
+        |-- 10.1.255.255
+           /32 link BROADCAST
+"""
+    inet6 = "fd000000000000000000000000000002 04 40 00 82     eth0\n"
+    interfaces = [*fib_trie_addresses(trie), *if_inet6_addresses(inet6)]
+    assert interfaces == ["10.1.2.3", "fd00::2"]
+    wildcard = allowed_hosts(host_names("0.0.0.0", interfaces), 8741)
+    assert {"10.1.2.3:8741", "[fd00::2]:8741", "127.0.0.1:8741"} <= wildcard
+    assert "10.1.255.255:8741" not in wildcard and "10.1.0.0:8741" not in wildcard
+    # Only a wildcard bind answers to other addresses of the machine.
+    assert "10.1.2.3:8741" not in allowed_hosts(host_names("127.0.0.1", interfaces), 8741)
 
 
 def free_port() -> int:
@@ -563,8 +700,13 @@ def test_the_daemon_serves_the_panel_with_web_listen(workspace: Workspace) -> No
             except httpx.TransportError:
                 assert time.monotonic() < deadline and process.poll() is None
                 time.sleep(0.2)
-        assert response.status_code == 200
-        assert "libraries" in response.json()
+        assert response.status_code == 401  # the sidecar needs the token too
+        while not workspace.cli("web", "--url").stdout:
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.2)
+        url = workspace.cli("web", "--url").stdout.strip()
+        assert url.startswith(f"http://127.0.0.1:{port}/?token=")
+        assert logged_in(url).get("/api/status").json()["libraries"]
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=20)
     finally:
@@ -648,21 +790,43 @@ def test_the_curator_page_shows_what_moves_next(panel: TestClient, workspace: Wo
     assert (workspace.skills / "triage" / "SKILL.md").exists()  # a plan, nothing moved
 
 
-def test_the_token_comes_from_the_variable_or_the_file(
+def test_the_token_comes_from_the_variable_or_the_file_or_is_generated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SKILLD_WEB_TOKEN", raising=False)
-    assert read_token(None) is None
+    state = tmp_path / "state"
+    with pytest.raises(SkilldError, match="no panel has run here"):
+        panel_token(None, state, create=False)
+    generated = panel_token(None, state)
+    assert not generated.configured and len(generated.token) >= 40
+    assert panel_token(None, state) == generated  # kept: a second panel prints the same URL
+    assert oct(stat.S_IMODE((state / "web-token").stat().st_mode)) == "0o600"
     file = tmp_path / "token"
     file.write_text(f"{TOKEN}\n")
-    assert read_token(file) == TOKEN
+    file.chmod(0o600)
+    assert panel_token(file, state) == (TOKEN, True)
     file.write_text("\n")
     with pytest.raises(ConfigError, match="empty"):
-        read_token(file)
+        panel_token(file, state)
     with pytest.raises(ConfigError, match="cannot read"):
-        read_token(tmp_path / "missing")
+        panel_token(tmp_path / "missing", state)
     monkeypatch.setenv("SKILLD_WEB_TOKEN", "from-env")
-    assert read_token(tmp_path / "missing") == "from-env"
+    assert panel_token(tmp_path / "missing", state) == ("from-env", True)
+
+
+@pytest.mark.parametrize("where", ["token_file", "generated"])
+def test_a_token_file_other_users_may_read_is_refused(workspace: Workspace, where: str) -> None:
+    file = workspace.root / "web-token" if where == "token_file" else workspace.state / "web-token"
+    file.parent.mkdir(exist_ok=True)
+    file.write_text(f"{TOKEN}\n")
+    file.chmod(0o640)
+    if where == "token_file":
+        workspace.settings["web"] = {"token_file": str(file)}
+    workspace.write_config()
+    result = workspace.cli("web", "--port", "0", timeout=30)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "may be read by other users (mode 0640)" in result.stderr and str(file) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_a_tick_records_its_calls_and_tokens_for_the_day(

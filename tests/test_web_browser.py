@@ -59,10 +59,12 @@ def browser() -> Iterator[Browser]:
 
 
 class Panel:
-    def __init__(self, workspace: Workspace, process: subprocess.Popen[str], url: str) -> None:
+    def __init__(self, workspace: Workspace, process: subprocess.Popen[str], login: str) -> None:
         self.workspace = workspace
         self.process = process
-        self.url = url
+        #: The login URL `skilld web` printed, and the panel's own (the clean one).
+        self.login = login
+        self.url = login.split("?", 1)[0]
 
 
 @pytest.fixture
@@ -89,12 +91,34 @@ def panel(workspace: Workspace) -> Iterator[Panel]:
 
 
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
+def page(browser: Browser, panel: Panel) -> Iterator[Page]:
+    """A browser tab logged in as a person is: by opening the URL `skilld web` printed."""
     context = browser.new_context()
     page = context.new_page()
     page.set_default_timeout(15_000)
+    page.goto(panel.login)
+    assert page.url == panel.url  # the token is gone from the address bar
     yield page
     context.close()
+
+
+def test_the_login_url_leaves_a_session_no_script_can_read(
+    browser: Browser, panel: Panel, page: Page
+) -> None:
+    expect(page.get_by_role("heading", name="Overview", level=1)).to_be_visible()
+    assert page.evaluate("document.cookie") == ""  # HttpOnly
+    [cookie] = page.context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["expires"] > 0
+    stranger = browser.new_context()  # another browser: no session, sent to the login form
+    try:
+        other = stranger.new_page()
+        other.goto(panel.url + "skills")
+        assert other.url == panel.url + "login"
+        other.get_by_label("Token").fill(panel.login.split("token=", 1)[1])
+        other.get_by_role("button", name="Log in").click()
+        expect(other.get_by_role("heading", name="Overview", level=1)).to_be_visible()
+    finally:
+        stranger.close()
 
 
 def skill_rows(workspace: Workspace) -> dict[str, dict[str, Any]]:

@@ -7,4 +7,4 @@ import this package: one-shot commands never load it.
 
 # What the rest of skilld may use: the submodules `skilld web` and the daemon start the panel
 # from (named, not imported here, so that importing the package loads no web framework).
-__all__ = ["security", "serve"]
+__all__ = ["login", "security", "serve"]

@@ -42,11 +42,11 @@ from skilld.web.render import (
 )
 from skilld.web.security import (
     CSRF_FIELD,
-    SESSION_COOKIE,
     Access,
     Guard,
+    LoginThrottle,
     secret_matches,
-    session_value,
+    set_session_cookie,
 )
 
 #: Changes made through the panel are attributed to "panel" in the event log.
@@ -75,9 +75,10 @@ class JSON(Response):
 
 
 class Panel:
-    def __init__(self, config: Config, access: Access) -> None:
+    def __init__(self, config: Config, access: Access, throttle: LoginThrottle) -> None:
         self.config = config
         self.access = access
+        self.throttle = throttle
         self.templates = Environment(
             loader=PackageLoader("skilld.web", "templates"), autoescape=True
         )
@@ -357,14 +358,12 @@ class Panel:
         if request.method == "GET":
             return self.page("login.html", title="Log in")
         form = await self.form(request)
-        token = self.access.token
-        given = _text(form.get("token")) or ""
-        if token is None or not secret_matches(given, token):
-            return self.page("login.html", 401, title="Log in", failed=True)
+        matched = await self.throttle.matches(_text(form.get("token")) or "", self.access.token)
+        if not matched:
+            return self.page("login.html", 401 if matched is False else 429, title="Log in",
+                             failed=True)  # fmt: skip
         response = RedirectResponse("/", 303)
-        response.set_cookie(
-            SESSION_COOKIE, session_value(token), httponly=True, samesite="strict", path="/"
-        )
+        set_session_cookie(response, self.access.token)
         return response
 
     # -- actions -----------------------------------------------------------------------------
@@ -567,8 +566,8 @@ def _uses_by_day(sessions: list[dict[str, Any]], days: int = 30) -> list[tuple[s
     return list(counts.items())
 
 
-def build_app(config: Config, access: Access) -> Starlette:
-    panel = Panel(config, access)
+def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starlette:
+    panel = Panel(config, access, throttle)
 
     async def refused(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, _Refusal)
@@ -606,5 +605,7 @@ def build_app(config: Config, access: Access) -> Starlette:
 
 
 def guarded_app(config: Config, access: Access) -> Guard:
-    """The panel behind its guard: what the server serves."""
-    return Guard(build_app(config, access), access)
+    """The panel behind its guard: what the server serves. One throttle for both ways of
+    giving the token (the login URL or form, and `Authorization: Bearer`)."""
+    throttle = LoginThrottle()
+    return Guard(build_app(config, access, throttle), access, throttle)

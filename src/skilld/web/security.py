@@ -4,7 +4,11 @@ Every string the panel shows comes from a model that read untrusted transcripts,
 itself is locked down (no inline script, no other origin, no frames), and the server refuses
 what a hostile page in the same browser could send: a request for a name the panel is not bound
 to (DNS rebinding), a state change without the per-process secret or from another origin
-(CSRF), and, when a token is configured, any request without it.
+(CSRF). And every request needs the panel's token, on loopback too (another local user can
+reach 127.0.0.1): `Authorization: Bearer TOKEN`, or the session cookie that opening
+`/?token=TOKEN` (or the login form) sets. The cookie proves a login, not the token: an HMAC,
+keyed by the token, over a random nonce and an expiry, so it expires, differs per login and
+ends when the token changes. Wrong tokens are answered slowly: a few guesses a second.
 """
 
 from __future__ import annotations
@@ -13,21 +17,26 @@ import contextlib
 import hashlib
 import hmac
 import ipaddress
-import os
 import secrets
 import socket
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import parse_qsl, urlencode
 
+import anyio
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from skilld.errors import ConfigError, UsageError
-
-#: The cookie the login form sets: a digest of the token, never the token itself.
+#: The cookie a login sets: `EXPIRES.NONCE.MAC`, never the token itself.
 SESSION_COOKIE = "skilld_session"
+#: How long a login lasts.
+SESSION_SECONDS = 7 * 24 * 3600
+#: The query parameter of the login URL `skilld web` prints.
+TOKEN_PARAM = "token"
+
 #: The form field (or header, for scripts) carrying the per-process secret.
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-skilld-csrf"
@@ -53,60 +62,67 @@ class Access(NamedTuple):
 
     #: Every `Host` header value the panel answers to ("127.0.0.1:8741", ...).
     hosts: frozenset[str]
-    #: Required on every request when set (`[web] token_file`, `$SKILLD_WEB_TOKEN`).
-    token: str | None
+    #: Required on every request (`$SKILLD_WEB_TOKEN`, `[web] token_file`, or generated).
+    token: str
     #: Embedded in every page, required on every state change.
     secret: str
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def is_wildcard(host: str) -> bool:
     return host in ("0.0.0.0", "::", "")
 
 
-def read_token(token_file: Path | None) -> str | None:
-    """The panel's token: `$SKILLD_WEB_TOKEN`, else the first line of `token_file`, else None.
-    Raises ConfigError for a token file that cannot be read or is empty."""
-    if token := os.environ.get("SKILLD_WEB_TOKEN", "").strip():
-        return token
-    if token_file is None:
-        return None
-    try:
-        token = token_file.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {token_file}: {exc}", "web.token_file") from None
-    if not token:
-        raise ConfigError(f"{token_file} is empty", "web.token_file")
-    return token
-
-
-def require_token_off_loopback(host: str, token: str | None) -> None:
-    """A panel reachable from other machines must ask for a token. Raises UsageError."""
-    if not is_loopback(host) and token is None:
-        raise UsageError(
-            f"refusing to serve the panel on {host}, which is not loopback, without a token:"
-            " set [web] token_file or SKILLD_WEB_TOKEN"
-        )
-
-
-def host_names(host: str) -> list[str]:
+def host_names(host: str, interfaces: Iterable[str] = ()) -> list[str]:
     """The names a browser may use for a panel bound to `host`: the loopback names always
-    (a published container port), the bound name, and for a wildcard bind this machine's."""
+    (a published container port), the bound name, and for a wildcard bind this machine's
+    names and the addresses of its interfaces (`interfaces`, see `interface_addresses`)."""
     names = ["127.0.0.1", "localhost", "::1", host]
     if is_wildcard(host):
         hostname = socket.gethostname()
-        names += [hostname, socket.getfqdn()]
+        names += [hostname, socket.getfqdn(), *interfaces]
         with contextlib.suppress(OSError):
             names += socket.gethostbyname_ex(hostname)[2]
-    return [name for name in names if name and not is_wildcard(name)]
+    return [name for name in dict.fromkeys(names) if name and not is_wildcard(name)]
+
+
+def interface_addresses() -> list[str]:
+    """Every address of this machine's network interfaces: on Linux from /proc (each local
+    IPv4 address the kernel routes to, each IPv6 address), and everywhere the address the
+    default route leaves from. The hostname may map to loopback only (Debian's /etc/hosts),
+    so names alone miss the address a LAN browser uses."""
+    found: list[str] = []
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        found += fib_trie_addresses(Path("/proc/net/fib_trie").read_text(encoding="ascii"))
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        found += if_inet6_addresses(Path("/proc/net/if_inet6").read_text(encoding="ascii"))
+    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
+        # A UDP connect sends nothing: it only asks the kernel which address it would use.
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as udp:
+            udp.connect((probe, 9))
+            found.append(str(udp.getsockname()[0]))
+    return list(dict.fromkeys(found))
+
+
+def fib_trie_addresses(text: str) -> list[str]:
+    """The local IPv4 addresses in /proc/net/fib_trie: each `|-- A.B.C.D` followed by a
+    `/32 host LOCAL` line."""
+    found = []
+    previous = ""
+    for line in text.splitlines():
+        if "/32 host LOCAL" in line and previous.startswith("|-- "):
+            found.append(previous.removeprefix("|-- "))
+        previous = line.strip()
+    return found
+
+
+def if_inet6_addresses(text: str) -> list[str]:
+    """The IPv6 addresses in /proc/net/if_inet6 (32 hex digits first on each line)."""
+    found = []
+    for line in text.splitlines():
+        digits = line.split(" ", 1)[0]
+        with contextlib.suppress(ValueError):
+            found.append(str(ipaddress.IPv6Address(int(digits, 16))))
+    return found
 
 
 def allowed_hosts(names: Iterable[str], port: int) -> frozenset[str]:
@@ -123,19 +139,62 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
-def session_value(token: str) -> str:
-    """The login cookie's value for `token`: proves the token without being it."""
-    return hmac.new(token.encode(), b"skilld-web-session", hashlib.sha256).hexdigest()
+def session_cookie(token: str, now: float) -> str:
+    """A new login's cookie value: `EXPIRES.NONCE.MAC`, the MAC keyed by the token."""
+    expires = int(now) + SESSION_SECONDS
+    nonce = secrets.token_urlsafe(16)
+    return f"{expires}.{nonce}.{_session_mac(token, expires, nonce)}"
 
 
-def authorised(headers: Headers, cookies: dict[str, str], token: str) -> bool:
-    bearer = headers.get("authorization", "")
-    if bearer.startswith("Bearer ") and hmac.compare_digest(
-        bearer.removeprefix("Bearer ").strip().encode(), token.encode()
-    ):
-        return True
-    cookie = cookies.get(SESSION_COOKIE, "")
-    return hmac.compare_digest(cookie.encode(), session_value(token).encode())
+def valid_session(value: str, token: str, now: float) -> bool:
+    """Whether `value` is a cookie this token's panel set and that has not expired."""
+    expires, _, rest = value.partition(".")
+    nonce, _, mac = rest.partition(".")
+    if not expires.isdigit() or not nonce or int(expires) <= now:
+        return False
+    return hmac.compare_digest(mac.encode(), _session_mac(token, int(expires), nonce).encode())
+
+
+def _session_mac(token: str, expires: int, nonce: str) -> str:
+    message = f"skilld-web-session.{expires}.{nonce}".encode()
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
+
+
+def bearer(headers: Headers) -> str | None:
+    """The credentials of an `Authorization: Bearer …` header (the scheme in any case)."""
+    scheme, _, credentials = headers.get("authorization", "").strip().partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None
+
+
+def token_matches(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+class LoginThrottle:
+    """Wrong tokens are answered slowly: after one, the next token is compared no sooner than
+    `interval` later, so no more than a few guesses a second reach the comparison, however many
+    connections ask at once. Waiting is asynchronous: clients with a session go on meanwhile.
+    An attempt that would wait longer than `max_wait` is refused at once, uncompared."""
+
+    def __init__(self, interval: float = 0.5, max_wait: float = 10.0) -> None:
+        self.interval = interval
+        self.max_wait = max_wait
+        self._free_at = 0.0
+
+    async def matches(self, given: str, token: str) -> bool | None:
+        """Whether `given` is the token; None when refused uncompared (too many waiting)."""
+        now = time.monotonic()
+        if now < self._free_at:
+            wait = self._free_at - now
+            if wait > self.max_wait:
+                return None
+            self._free_at += self.interval  # this attempt's turn, whatever it finds
+            await anyio.sleep(wait)
+            return token_matches(given, token)
+        if token_matches(given, token):
+            return True
+        self._free_at = now + self.interval
+        return False
 
 
 def same_origin(headers: Headers) -> bool:
@@ -160,12 +219,13 @@ def secret_matches(given: str | None, secret: str) -> bool:
 
 
 class Guard:
-    """ASGI middleware: the Host allow-list, the token, the origin of state changes, and the
-    security headers on every answer (refusals included)."""
+    """ASGI middleware: the Host allow-list, the token (and the login URL), the origin of state
+    changes, and the security headers on every answer (refusals included)."""
 
-    def __init__(self, app: ASGIApp, access: Access) -> None:
+    def __init__(self, app: ASGIApp, access: Access, throttle: LoginThrottle) -> None:
         self.app = app
         self.access = access
+        self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -177,27 +237,60 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
 
-        refusal = self.refusal(scope)
+        refusal = await self.refusal(scope)
         if refusal is not None:
             await refusal(scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)
 
-    def refusal(self, scope: Scope) -> Response | None:
+    async def refusal(self, scope: Scope) -> Response | None:
+        """The answer that stops a request here (a refusal, or a login's redirect); None to
+        let it through."""
         headers = Headers(scope=scope)
         if headers.get("host", "").lower() not in self.access.hosts:
             return PlainTextResponse("unknown Host: this panel answers to its own address", 421)
         path: str = scope["path"]
-        token = self.access.token
-        if token is not None and path not in PUBLIC_PATHS:
-            cookies = _cookies(headers)
-            if not authorised(headers, cookies, token):
-                if path.startswith("/api/") or scope["method"] not in ("GET", "HEAD"):
-                    return PlainTextResponse("a token is required", 401)
-                return RedirectResponse("/login", 303)
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        given = dict(query).get(TOKEN_PARAM)
+        if given is not None and scope["method"] in ("GET", "HEAD"):
+            return await self.login(given, path, [(k, v) for k, v in query if k != TOKEN_PARAM])
+        if path not in PUBLIC_PATHS and not await self.authorised(headers):
+            if path.startswith("/api/") or scope["method"] not in ("GET", "HEAD"):
+                return PlainTextResponse("a token is required", 401)
+            return RedirectResponse("/login", 303)
         if scope["method"] not in ("GET", "HEAD") and not same_origin(headers):
             return PlainTextResponse("refused: this request did not come from the panel", 403)
         return None
+
+    async def authorised(self, headers: Headers) -> bool:
+        cookie = _cookies(headers).get(SESSION_COOKIE)
+        if cookie is not None and valid_session(cookie, self.access.token, time.time()):
+            return True
+        given = bearer(headers)
+        return given is not None and await self.throttle.matches(given, self.access.token) is True
+
+    async def login(self, given: str, path: str, rest: list[tuple[str, str]]) -> Response:
+        """`GET PATH?token=…`, the URL `skilld web` prints: right, a session cookie and a
+        redirect to the same page without the token in its URL; wrong, 401 (slowly)."""
+        matched = await self.throttle.matches(given, self.access.token)
+        if matched is None:
+            return PlainTextResponse("too many wrong tokens: try again in a few seconds", 429)
+        if not matched:
+            return PlainTextResponse("that token is not this panel's", 401)
+        response = RedirectResponse(path + (f"?{urlencode(rest)}" if rest else ""), 303)
+        set_session_cookie(response, self.access.token)
+        return response
+
+
+def set_session_cookie(response: Response, token: str) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        session_cookie(token, time.time()),
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        path="/",
+    )
 
 
 def _cookies(headers: Headers) -> dict[str, str]:

@@ -1,39 +1,95 @@
 """Serving the panel: on its own (`skilld web`) or inside the daemon (`[web] listen`).
 
-The socket is bound before anything is printed, the one line `skilld web: http://HOST:PORT/`
-goes to stdout once the server accepts connections, and SIGINT/SIGTERM stop it cleanly.
+The socket is bound before anything is printed, the one line
+`skilld web: http://HOST:PORT/?token=TOKEN` goes to stdout once the server accepts connections
+(and the URL to `<state_dir>/panels/`, for `skilld web --url`), and SIGINT/SIGTERM stop it.
+
+Slow clients (slowloris) cannot starve it: a connection that has not sent a whole request head
+within `HEAD_SECONDS` is closed, an idle keep-alive one after `KEEP_ALIVE_SECONDS`, the process
+may hold as many sockets as its hard file limit allows, and uvicorn's concurrency limit keeps
+room below that for the files a request opens.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import resource
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anyio
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from skilld.config import Config
+from skilld.web.login import login_url, panel_token, record_listening, require_token_off_loopback
 from skilld.web.panel import guarded_app
 from skilld.web.security import (
     Access,
     allowed_hosts,
     host_names,
+    interface_addresses,
+    is_wildcard,
     new_secret,
-    read_token,
-    require_token_off_loopback,
 )
 
 #: How long open requests (a live events view) may take to finish once a stop is asked for.
 GRACEFUL_SECONDS = 2
+#: A connection must send a whole request head within this long of opening (or of its last
+#: answer), else it is closed.
+HEAD_SECONDS = 10.0
+KEEP_ALIVE_SECONDS = 5
+#: File descriptors kept free of connections, for the files and the database a request opens.
+SPARE_FILES = 64
+#: The file limit asked for (soft), up to the hard one.
+WANTED_FILES = 65536
 
 
 def panel_access(config: Config, host: str, port: int) -> Access:
     """The access rules of a panel bound to `host`:`port`. Raises UsageError for a
-    non-loopback bind without a token, ConfigError for an unreadable token file."""
-    token = read_token(config.web.token_file)
+    non-loopback bind without a configured token, ConfigError for a bad token file."""
+    token = panel_token(config.web.token_file, config.state.dir)
     require_token_off_loopback(host, token)
-    return Access(allowed_hosts(host_names(host), port), token, new_secret())
+    interfaces = interface_addresses() if is_wildcard(host) else []
+    return Access(allowed_hosts(host_names(host, interfaces), port), token.token, new_secret())
+
+
+class TimelyH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 connection, closed when no whole request head arrives within
+    `HEAD_SECONDS` (uvicorn's own keep-alive timer restarts with every byte: a client sending
+    one byte at a time would hold its connection forever)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_overdue)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_overdue)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _head_overdue(self) -> None:
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if not answering and not self.transport.is_closing():
+            self.transport.close()
+
+
+def file_limit() -> int:
+    """Raise this process's soft limit on open files as far as allowed (up to WANTED_FILES);
+    the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = WANTED_FILES if hard == resource.RLIM_INFINITY else min(hard, WANTED_FILES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+    return soft if soft != resource.RLIM_INFINITY else WANTED_FILES
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -74,7 +130,8 @@ async def serve_panel(
     on_ready: Callable[[], None],
     stop: anyio.Event,
 ) -> None:
-    """Serve on `sock` until `stop` is set; `on_ready` once connections are accepted."""
+    """Serve on `sock` until `stop` is set; `on_ready` once connections are accepted, when
+    the panel's URL is recorded in the state dir too (until it stops)."""
     server = PanelServer(
         uvicorn.Config(
             guarded_app(config, access),
@@ -84,6 +141,9 @@ async def serve_panel(
             access_log=False,
             server_header=False,
             timeout_graceful_shutdown=GRACEFUL_SECONDS,
+            http=TimelyH11Protocol,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            limit_concurrency=max(SPARE_FILES, file_limit() - SPARE_FILES),
         )
     )
 
@@ -94,29 +154,42 @@ async def serve_panel(
     async with anyio.create_task_group() as group:
         group.start_soon(stop_when_asked)
 
+        record: list[Path] = []
+
         async def announce() -> None:
             while not server.started:
                 if server.should_exit:
                     return
                 await anyio.sleep(0.01)
+            record.append(record_listening(config.state.dir, panel_url(sock)))
             on_ready()
 
         group.start_soon(announce)
-        await server.serve(sockets=[sock])
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            for path in record:
+                path.unlink(missing_ok=True)
         group.cancel_scope.cancel()
+
+
+def panel_url(sock: socket.socket) -> str:
+    """The URL a browser on this machine opens the panel listening on `sock` at."""
+    host, port = sock.getsockname()[:2]
+    if is_wildcard(host):
+        host = "::1" if ":" in host else "127.0.0.1"
+    return url_of(host, port)
 
 
 def run_panel(config: Config, host: str, port: int, *, open_browser: bool) -> int:
     """`skilld web`: serve until SIGINT or SIGTERM; 0 on a clean stop."""
     import signal
 
-    access_host = host
     sock = bind(host, port)
-    port = sock.getsockname()[1]
-    access = panel_access(config, access_host, port)
-    url = url_of(host if host not in ("0.0.0.0", "::") else "127.0.0.1", port)
+    access = panel_access(config, host, sock.getsockname()[1])
 
     def ready() -> None:
+        url = login_url(panel_url(sock), access.token)
         print(f"skilld web: {url}", flush=True)
         if open_browser:
             import webbrowser
