@@ -33,6 +33,7 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
 
 
 class Refused(Exception):
@@ -182,7 +183,7 @@ def handle(message: Any, call_tool: CallTool) -> dict[str, Any] | None:
     request_id = message.get("id")
     is_notification = "id" not in message
     if not (is_notification or _valid_id(request_id)):
-        return _error(None, INVALID_REQUEST, "the id must be a string or a number")
+        return _error(None, INVALID_REQUEST, "the id must be a string or an integer")
     method, params = message.get("method"), message.get("params", {})
     if message.get("jsonrpc") != "2.0" or not isinstance(method, str):
         return None if is_notification else _error(request_id, INVALID_REQUEST, "not JSON-RPC 2.0")
@@ -243,7 +244,9 @@ def _argument(tool: Tool, param: Param, arguments: Mapping[str, Any]) -> str | N
 
 
 def _valid_id(value: Any) -> bool:
-    return isinstance(value, str | int | float) and not isinstance(value, bool)
+    """A string or an integer: JSON-RPC discourages fractions, and a float may be NaN or
+    infinite (`NaN`, `1e400`), which no JSON can carry back."""
+    return isinstance(value, str | int) and not isinstance(value, bool)
 
 
 def _text(text: str) -> dict[str, str]:
@@ -264,9 +267,25 @@ def answer(line: bytes, call_tool: CallTool) -> dict[str, Any] | None:
         return None
     try:
         message = json.loads(line)
-    except ValueError:  # not JSON, or not UTF-8
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep to parse
         return _error(None, PARSE_ERROR, "not a JSON message")
-    return handle(message, call_tool)
+    try:
+        return handle(message, call_tool)
+    except RecursionError:  # a message nested too deep to look into
+        return _error(None, INVALID_REQUEST, "the message is nested too deeply")
+
+
+def encode(response: dict[str, Any]) -> bytes:
+    """`response` as one line of strict JSON (never `NaN` or `Infinity`); a response that
+    cannot be one becomes an internal error."""
+    try:
+        text = json.dumps(response, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        request_id = response.get("id")
+        fallback = _error(request_id if _valid_id(request_id) else None, INTERNAL_ERROR,
+                          "the answer could not be encoded as JSON")  # fmt: skip
+        text = json.dumps(fallback, ensure_ascii=False, separators=(",", ":"))
+    return text.encode() + b"\n"
 
 
 def serve(call_tool: CallTool, reader: IO[bytes], writer: IO[bytes]) -> None:
@@ -274,9 +293,7 @@ def serve(call_tool: CallTool, reader: IO[bytes], writer: IO[bytes]) -> None:
     for line in reader:
         response = answer(line, call_tool)
         if response is not None:
-            writer.write(
-                json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-            )
+            writer.write(encode(response))
             writer.flush()
 
 
