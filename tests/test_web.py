@@ -331,9 +331,25 @@ def test_a_foreign_host_is_refused(panel: TestClient) -> None:
         {"origin": "http://127.0.0.1:9999"},
         {"referer": "http://evil.example/page"},
         {"origin": "null", "sec-fetch-site": "cross-site"},
+        # A page on another port of 127.0.0.1 is same-site, not same-origin.
+        {"origin": "null", "sec-fetch-site": "same-site"},
+        {"sec-fetch-site": "same-site"},
+        # A request no page made (typed, a bookmark, another program) says none.
+        {"origin": "null", "sec-fetch-site": "none"},
+        {"sec-fetch-site": "none"},
         {},
     ],
-    ids=["foreign origin", "other port", "foreign referer", "null cross-site", "no origin"],
+    ids=[
+        "foreign origin",
+        "other port",
+        "foreign referer",
+        "null cross-site",
+        "null same-site",
+        "hidden same-site",
+        "null none",
+        "hidden none",
+        "no origin",
+    ],
 )
 def test_a_post_from_another_origin_is_refused(
     panel: TestClient, workspace: Workspace, headers: dict[str, str]
