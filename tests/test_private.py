@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from skilld.masking import mask_urls, masked_url
+from skilld.state import StateDB
 from tests.conftest import Workspace, conversation, git
 from tests.fakellm import FakeLLM, Reply, skill_reply
 from tests.test_redact import FACTORIES
@@ -157,3 +158,15 @@ def test_an_open_state_dir_is_repaired_at_start_with_an_event(workspace: Workspa
     assert {".", "state.db", "history", "locks"} <= set(event["detail"]["paths"])
     cli_with_umask(workspace, "once")
     assert len(workspace.events("permissions_repaired")) == 1  # nothing left to repair
+
+
+def test_the_database_s_wal_and_shm_are_private_from_the_start(tmp_path: Path) -> None:
+    previous = os.umask(0)
+    try:
+        with StateDB(tmp_path / "state" / "state.db") as state:
+            state.add_event("warning", reason="a write, so that the WAL exists")
+            found = modes(tmp_path / "state")
+    finally:
+        os.umask(previous)
+    assert {"state.db", "state.db-wal", "state.db-shm"} <= set(found)
+    assert private(found), found
