@@ -13,7 +13,6 @@ from skilld.gitinfo import (
     from_json,
     normalise_repository,
     observe,
-    redact_url,
     repository_of,
 )
 from tests.conftest import git
@@ -40,11 +39,6 @@ from tests.conftest import git
 )
 def test_normalise_repository(url: str, expected: str | None) -> None:
     assert normalise_repository(url) == expected
-
-
-def test_redact_url_drops_user_info_only() -> None:
-    assert redact_url("https://u:tok@host/a/b.git") == "https://host/a/b.git"
-    assert redact_url("git@host:a/b.git") == "git@host:a/b.git"
 
 
 @pytest.mark.parametrize(

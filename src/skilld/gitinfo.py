@@ -121,15 +121,6 @@ def normalise_repository(url: str) -> str | None:
     return None
 
 
-def redact_url(url: str) -> str:
-    """A remote URL fit to show or log: the user info (`user:token@`) replaced."""
-    match = _URL.match(url)
-    if match and "@" in match["rest"].partition("/")[0]:
-        authority, slash, path = match["rest"].partition("/")
-        return f"{match['scheme']}://{authority.rpartition('@')[2]}{slash}{path}"
-    return url
-
-
 def clean_branch(branch: str) -> str | None:
     """A branch name as git allows it (`refs/heads/` dropped), or None."""
     branch = branch.strip().removeprefix("refs/heads/")
