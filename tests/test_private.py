@@ -134,14 +134,14 @@ def test_no_planted_secret_reaches_a_file_of_the_state_dir(
     workspace.write_config()
     fake_llm.responder = echo_window
     cli_with_umask(workspace, "once")
+    stored = [path.read_bytes() for path in workspace.state.rglob("*") if path.is_file()]
+    for secret in planted:
+        assert secret.secret.encode() not in b"".join(stored), secret.kind
     # The control: the window did reach the model and come back into what skilld keeps.
     kind = "created" if publish == "auto" else "staged"
     assert [event["skill"] for event in workspace.events(kind)] == ["echoed-window"]
     kept = workspace.state / "pending" if publish == "review" else workspace.skills
     assert any(b"[REDACTED:" in path.read_bytes() for path in kept.rglob("*") if path.is_file())
-    stored = [path.read_bytes() for path in workspace.state.rglob("*") if path.is_file()]
-    for secret in planted:
-        assert secret.secret.encode() not in b"".join(stored), secret.kind
     assert private(modes(workspace.state)), modes(workspace.state)
 
 
