@@ -83,13 +83,15 @@ LIST_MODULES = (HOOK_MODULES - {"skilld.commands.usage"}) | {
     "skilld.state.skill_uses",
 }
 #: `status --json`: what a listing loads, the backlog (its gates and windows only when a
-#: session holds messages), the review queue and the team sync status.
+#: session holds messages), the review queue and the team sync status (with URLs masked).
 STATUS_MODULES = (LIST_MODULES - {"skilld.commands.skills"}) | {
     "skilld.commands.daemon",
     "skilld.evolve",
     "skilld.evolve.backlog",
     "skilld.evolve.review",
     "skilld.team",
+    # a team remote's URL is shown masked (standard library only)
+    "skilld.masking",
 }
 PINNED = {"usage": HOOK_MODULES, "skills": LIST_MODULES, "status": STATUS_MODULES}
 
