@@ -10,6 +10,7 @@ cloned repository), so every file skilld reads or writes inside one (skills, `.g
 taking the library root and a path relative to it (`/`-separated):
 
     read_tree_file(root, relpath)          the bytes of a regular file; None when missing
+    read_regular_file(path, ...)           the one bounded read every skill file goes through
     write_tree_file(root, relpath, data)   atomic, durable replace (parent folders created)
     remove_tree_file(root, relpath)        unlink a file (a missing one is fine)
     move_in_tree(root, source, target)     os.replace inside the root (archive, restore)
@@ -23,6 +24,12 @@ path resolves outside the root, and a link swapped in between a check and the op
 redirect it. The root itself may be a link (users point skills dirs at dotfile repos), except
 for `real_subdir`, whose root is a project's: it must be a real folder too.
 A relative path with an empty, `.` or `..` component, a NUL or a newline is refused as well.
+
+Every read of a file someone else may have planted (a skill file, found by discovery or read
+by the panel, MCP or `skills show`) is `read_regular_file`: opened non-blocking (a FIFO never
+hangs it), never as a controlling terminal, a regular file by `fstat` (a FIFO, socket or
+device is refused by name), and at most `MAX_FILE_BYTES` read (a 1 GB sparse file is refused
+by its size, never read): `FileRefused` says why, and the caller lists the file as broken.
 """
 
 from __future__ import annotations
@@ -49,10 +56,64 @@ PRIVATE_FILE_MODE = 0o600
 #: left alone for this long.
 STRAY_TEMP_SECONDS = 3600.0
 _TEMP_OWNER = re.escape(TEMP_MARKER) + r"(\d+)-"  # compiled on first use
+#: The largest skill file skilld reads, and the largest file a remote may bring (a skill is a
+#: page of Markdown and a few scripts).
+MAX_FILE_BYTES = 1 << 20
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
 
 
 class UnsafePath(ValueError):
     """A path that would leave its root, or a name that is not a single safe component."""
+
+
+class FileRefused(UnsafePath):
+    """A file that is not read: not a regular file, or over the size bound. Its message is
+    the reason a listing shows."""
+
+
+def read_regular_file(
+    path: str | Path,
+    *,
+    dir_fd: int | None = None,
+    follow: bool = False,
+    limit: int = MAX_FILE_BYTES,
+) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file at `path` (relative to `dir_fd` when given) and its
+    `fstat`, read without blocking and at most `limit` bytes. A link at the end is followed
+    only with `follow` (else OSError ELOOP, as `open` raises it). Raises FileRefused for a
+    FIFO, socket, device or folder, or a file over `limit`; OSError as `open` raises it."""
+    flags = _READ_FLAGS | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket cannot be opened
+            raise FileRefused("not a regular file (a socket)") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
+            raise FileRefused(f"not a regular file ({kind})")
+        if st.st_size > limit:
+            raise FileRefused(f"{st.st_size:,} bytes, over the limit of {limit:,}")
+        chunks: list[bytes] = []
+        left = limit + 1  # one byte more tells a file that grew since the fstat
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise FileRefused(f"grew over the limit of {limit:,} bytes while read")
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
 
 
 def is_temp_file(name: str) -> bool:
@@ -271,28 +332,27 @@ def contained_path(root: Path, relpath: str) -> Path:
         raise
 
 
-def read_tree_file(root: Path, relpath: str) -> bytes | None:
-    """The bytes of the regular file `root/relpath`, None when it (or a folder on the way) does
-    not exist. Raises UnsafePath for a link on the way or a file that is not a regular one."""
+def read_tree_file(root: Path, relpath: str, *, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """The bytes of the regular file `root/relpath` (`read_regular_file`, at most `limit`),
+    None when it (or a folder on the way) does not exist. Raises UnsafePath for a link on the
+    way, FileRefused for a file that is not a regular one or is over `limit`."""
     parts = tree_parts(relpath)
     try:
         parent = _open_parent(root, parts, create=False)
     except FileNotFoundError:
         return None
     try:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        return read_regular_file(parts[-1], dir_fd=parent, limit=limit)[0]
     except FileNotFoundError:
         return None
+    except FileRefused as exc:
+        raise FileRefused(f"{relpath} inside {root}: {exc}") from None
     except OSError as exc:
         if exc.errno in _LINK_ERRORS:
             raise UnsafePath(f"{relpath} is a symbolic link inside {root}") from None
         raise
     finally:
         os.close(parent)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise UnsafePath(f"{relpath} is not a regular file inside {root}")
-        return handle.read()
 
 
 def write_tree_file(

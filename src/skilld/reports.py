@@ -240,7 +240,7 @@ def skill_report(
         "library": chosen.name,
         "owner": entry.owner,
         "path": str(entry.path),
-        "text": entry.path.read_text(encoding="utf-8"),
+        "text": chosen.skill_text(entry),
         "effect": effect(app, chosen, entry.name, record=record),
     }
 

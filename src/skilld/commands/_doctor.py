@@ -31,7 +31,7 @@ from skilld.errors import ConfigError
 from skilld.fsutil import TEMP_MARKER, read_tree_file
 from skilld.masking import mask_urls, masked_url
 from skilld.routing import AGENTS, default_path, default_sources, resolve
-from skilld.skills.usage import USAGE_FILE
+from skilld.skills.usage import MAX_USAGE_BYTES, USAGE_FILE
 from skilld.state import StateDB, StateError, process_alive
 
 if TYPE_CHECKING:  # the LLM client (httpx) loads only when doctor probes the endpoint
@@ -210,7 +210,7 @@ def _usage_problem(root: Path) -> str | None:
     usage = root / USAGE_FILE
     try:
         # Through the tree guard: a sidecar that is a link is reported, never read.
-        raw = read_tree_file(root, USAGE_FILE)
+        raw = read_tree_file(root, USAGE_FILE, limit=MAX_USAGE_BYTES)
         if raw is None:
             return None
         json.loads(raw)

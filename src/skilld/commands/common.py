@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -88,6 +89,18 @@ class Parser(argparse.ArgumentParser):
 #: A command group: each command's name, its one line of help, and what adds its arguments and
 #: handler to its parser.
 CommandTable = Mapping[str, tuple[str, Callable[[Parser], None]]]
+
+
+def terminal_text(text: str) -> str:
+    """`text` as it may reach a terminal: every C0 and C1 control character but tab and newline
+    (and the CR of a CRLF) shown as a visible `\\xNN` escape, so a skill file or an event
+    holding an escape sequence (OSC 52 writes the clipboard; others clear the screen) prints as
+    text and does nothing. `--json` output is JSON, and keeps the text exact."""
+    return re.sub(
+        r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)",
+        lambda m: f"\\x{ord(m.group()):02x}",
+        text,
+    )
 
 
 def print_json_line(value: Any) -> None:

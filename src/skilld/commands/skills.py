@@ -13,7 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import CommandTable, Parser, cli_origin, library_option, print_json_line
+from skilld.commands.common import (
+    CommandTable,
+    Parser,
+    cli_origin,
+    library_option,
+    print_json_line,
+    terminal_text,
+)
 from skilld.errors import Failure
 from skilld.reports import event_rows, learned_on_text, skill_report, skill_rows
 
@@ -39,12 +46,13 @@ def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
     )
     for row in rows:
         state = "broken" if row["broken"] else row["state"]
-        print(
+        line = (
             f"{row['name']:<32} {row['library']:<{width}} {row['owner']:<8} {state:<8}"
             f" {'yes' if row['pinned'] else 'no':<3}"
             f" {row['use_count']:>4} {row['view_count']:>4} {row['patch_count']:>5}"
             f"  {row['last_activity_at'] or 'never':<21} {row['path']}"
         )
+        print(terminal_text(line))
     return 0
 
 
@@ -58,8 +66,8 @@ def cmd_skills_show(app: App, args: argparse.Namespace) -> int:
         report["name"], report["library"], report["owner"], report["path"], report["effect"]
     )
     for line in lines:
-        print(f"# {line}", file=sys.stderr)
-    sys.stdout.write(report["text"])
+        print(terminal_text(f"# {line}"), file=sys.stderr)
+    sys.stdout.write(terminal_text(report["text"]))
     return 0
 
 
@@ -196,7 +204,7 @@ def cmd_events(app: App, args: argparse.Namespace) -> int:
                 line += f"  {event['reason']}"
             if event["detail"]:
                 line += "  " + json.dumps(event["detail"], ensure_ascii=False, default=str)
-            print(line)
+            print(terminal_text(line))
     return 0
 
 

@@ -247,8 +247,8 @@ def _set_invocation(
     curator's own rewrite is no activity: it is not counted as a patch, so that disabling a
     stale skill does not make it look fresh."""
     try:
-        doc = parse_skill(entry.path.read_bytes(), dialect=library.form)
-    except (OSError, SkillParseError) as exc:
+        doc = parse_skill(library.skill_bytes(entry), dialect=library.form)
+    except (LibraryError, SkillParseError) as exc:
         _fail(library, report, entry.name, "rewrite", exc)
         return False
     reason = "stale: hidden from the model" if disabled else "no longer stale: shown to the model"

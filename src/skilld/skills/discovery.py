@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, Protocol
 
 from skilld.digest import sha256_hex
+from skilld.fsutil import FileRefused, read_regular_file
 from skilld.log import get_logger
 from skilld.skills.document import SkillDoc, SkillParseError, parse_skill, quick_problem
 from skilld.skills.layout import MAX_CATEGORY_DEPTH, SKILL_FILE
@@ -293,24 +294,23 @@ class Discovery:
         """The file's bytes (with its identity when `remember`), or the broken entry a failed
         read makes, or None for a real folder without a skill file."""
         try:
-            fd: int | None = os.open(spot.path, os.O_RDONLY | (0 if linked else os.O_NOFOLLOW))
+            try:
+                data, st = read_regular_file(spot.path, follow=linked)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                if spot.leads_out():  # the skill file itself is a link
+                    return spot.entry(error=f"links out of {spot.root}; ignored")
+                remember = False
+                linked = True  # a dangling link is listed as broken, not as no skill
+                data, st = read_regular_file(spot.path, follow=True)
         except FileNotFoundError:
             return spot.entry(error="no SKILL.md in a linked folder") if linked else None
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                return spot.entry(error=f"unreadable: {exc.strerror or exc}")
-            if spot.leads_out():  # the skill file itself is a link
-                return spot.entry(error=f"links out of {spot.root}; ignored")
-            fd = None
-            remember = False
-        try:
-            if fd is None:
-                fd = os.open(spot.path, os.O_RDONLY)
-            with os.fdopen(fd, "rb") as handle:
-                known = identity(os.fstat(handle.fileno())) if remember else None
-                return _Read(handle.read(), known)
+        except FileRefused as exc:  # a FIFO, socket or device, or a file over the bound
+            return spot.entry(error=f"unreadable: {exc}")
         except OSError as exc:
             return spot.entry(error=f"unreadable: {exc.strerror or exc}")
+        return _Read(data, identity(st) if remember else None)
 
     def _parsed(self, spot: _Spot, data: bytes, digest: str) -> SkillEntry:
         try:

@@ -12,7 +12,8 @@ rendering the same skill twice gives the same bytes, and so the same hash.
 
 No skill runs anything as it loads, in any dialect. Claude Code runs ``!`` directly followed
 by a backtick-quoted command, and fenced blocks opened with three backticks directly followed
-by ``!``, before the model reads a skill; Hermes Agent, with its opt-in
+by ``!`` (and, being a CommonMark fence too, three tildes followed by ``!``), before the model
+reads a skill; Hermes Agent, with its opt-in
 ``skills.inline_shell``, runs every match of ``!`([^`\n]+)``` in a skill it loads
 (hermes-agent ``agent/skill_preprocessing.py``, ``_INLINE_SHELL_RE``). Both work on the raw
 text: code spans, code fences and a backslash before the ``!`` do not stop them. So
@@ -139,7 +140,7 @@ _ANGLE_BRACKET_DIALECTS = frozenset({"claude", "agentskills"})
 # two of them.
 _DELIMITER_LINE = r"(?m)^---[ \t]*$"
 _OPENING_LINE = r"---[ \t]*(?:\n|\Z)"
-_FENCE_TRIGGER = r"(```+)!"
+_FENCE_TRIGGER = r"(```+|~~~+)!"
 #: Claude Code's and Hermes's inline trigger: `!` directly before a backtick.
 _INLINE_TRIGGER = "!`"
 # A CommonMark code fence opening (up to three spaces, three or more backticks or tildes).
@@ -149,6 +150,8 @@ _WHEN_LEAD = r"(?i)(?:use\s+(?:this\s+(?:skill\s+)?)?when|when)(?:\s+|$)"
 # Where a description holds more than one sentence: a full stop, then a capital ("e.g. a" is
 # one sentence, "Find it. Fix it." two).
 _SENTENCE_BREAK = r"[.!?]\s+[A-Z]"
+#: C0 controls, DEL and C1 controls (Unicode category Cc).
+_CONTROL_CHARACTER = r"[\x00-\x1f\x7f-\x9f]"
 # Characters YAML (or str.splitlines) treats as a line break.
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 # Wide enough that the emitter never folds a line; folding would be harmless YAML but makes
@@ -770,6 +773,20 @@ def _check_metadata(metadata: Mapping[str, str]) -> None:
             raise InvalidSkill(f"metadata key {key!r} must be a non-empty string")
         if not isinstance(value, str):
             raise InvalidSkill(f"metadata {key!r} must be a string, not {type(value).__name__}")
+        _check_controls(f"metadata key {key!r}", key, allowed="\t")
+        _check_controls(f"metadata {key!r}", value, allowed="\t\n")
+
+
+def _check_controls(label: str, text: str, *, allowed: str) -> None:
+    """Refuse a C0 or C1 control character (or DEL) other than `allowed`: an escape sequence
+    in a skill would reach the terminal of whoever prints it (OSC 52 writes the clipboard,
+    others clear the screen or retitle the window)."""
+    found = re.search(_CONTROL_CHARACTER, text.translate(dict.fromkeys(map(ord, allowed))))
+    if found is not None:
+        raise InvalidSkill(
+            f"{label} contains U+{ord(found.group()):04X}, a control character; only newline "
+            "and tab are allowed"
+        )
 
 
 def _check_body(body: object, max_content_chars: int, dialect: str) -> None:
@@ -777,6 +794,7 @@ def _check_body(body: object, max_content_chars: int, dialect: str) -> None:
         raise InvalidSkill(f"body must be a string, not {type(body).__name__}")
     if not body.strip():
         raise InvalidSkill("body must not be empty")
+    _check_controls("body", body, allowed="\t\n\r")  # a CR is written as a newline
     if len(body) > max_content_chars:
         raise InvalidSkill(
             f"body is {len(body)} characters; at most {max_content_chars} are allowed"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skilld.digest import sha256_hex
-from skilld.fsutil import UnsafePath, read_tree_file
+from skilld.fsutil import UnsafePath, read_regular_file, read_tree_file
 from skilld.skills.discovery import Owner, OwnerRule
 from skilld.skills.layout import ARCHIVE_DIR
 
@@ -112,8 +112,8 @@ class ManagedCount:
         if cached is not None and cached[0] == identity:
             return cached[1]
         try:
-            digest = sha256_hex(path.read_bytes())
-        except OSError:
+            digest = sha256_hex(read_regular_file(path)[0])
+        except (OSError, UnsafePath):  # gone, a link, a FIFO, or over the bound
             return None
         self._digests[str(path)] = (identity, digest)
         return digest

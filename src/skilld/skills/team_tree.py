@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from skilld.digest import sha256_hex
+from skilld.fsutil import read_regular_file
 
 if TYPE_CHECKING:
     from skilld.gitinfo import GitContext
@@ -103,8 +104,8 @@ def team_seed(team: TeamTree, provenance: "Mapping[str, Provenance]") -> dict[st
         path = Path(record.path)
         try:
             relpath = team.relpath(path)
-            digest = sha256_hex(path.read_bytes())
-        except (ValueError, OSError):  # outside the root, or gone
+            digest = sha256_hex(read_regular_file(path)[0])
+        except (ValueError, OSError):  # outside the root, gone, or not a plain file
             continue
         if digest in (record.sha256, record.prev_sha256):
             seed[name] = WrittenFile(relpath, digest)

@@ -7,6 +7,7 @@ dialect now). The daemon runs this once per library at start-up.
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from skilld.errors import LibraryError
 from skilld.skills.document import neutralise_file
 from skilld.skills.usage import Record
 
@@ -26,8 +27,8 @@ def break_shell_triggers(library: "Library", origin: "Origin") -> list[str]:
             if entry.owner != "managed" or entry.broken:
                 continue
             try:
-                data = entry.path.read_bytes()
-            except OSError:
+                data = library.skill_bytes(entry)
+            except LibraryError:
                 continue  # a listing reports an unreadable file; nothing runs from it here
             neutral = neutralise_file(data)
             if neutral == data:

@@ -34,6 +34,8 @@ from skilld.fsutil import fsync_dir, read_tree_file
 from skilld.log import get_logger
 
 USAGE_FILE: Final = ".usage.json"
+#: The largest usage sidecar read: host-local and one record per skill, so larger than a skill.
+MAX_USAGE_BYTES: Final = 64 << 20
 LOCK_FILE: Final = ".usage.json.lock"
 #: One fixed name: temp files are written only under the lock, so one writer at a time uses it.
 TEMP_FILE: Final = ".usage.json.tmp"
@@ -420,7 +422,7 @@ class UsageStore:
         """The file's bytes (None if missing) and contents; a corrupt file is rebuilt first."""
         # Through the tree guard: a `.usage.json` that is a link (into another agent's library,
         # or a key) is refused, never read.
-        raw = read_tree_file(self.skills_dir, USAGE_FILE)
+        raw = read_tree_file(self.skills_dir, USAGE_FILE, limit=MAX_USAGE_BYTES)
         if raw is None:
             return None, Decoded({}, {})
         decoded = decode_usage(raw)

@@ -15,8 +15,9 @@ top-level files; nothing else is ever checked out, and nothing else is ever comm
   but a plain or executable file, a file over `MAX_FILE_BYTES`.
 * `check_tree(git, commit)`: every file of a fetched commit's tree against both, in one
   `git ls-tree` call; the problems, each naming the commit that brought its path.
-* `refusals_of(git, commit)`: those, and every skill the commit brings with a live load-time
-  shell trigger: what a sync round refuses, and what `status` and `doctor` read back.
+* `refusals_of(git, commit)`: those, and every skill file the commit brings that is not UTF-8
+  text or holds a live load-time shell trigger: what a sync round refuses, and what `status`
+  and `doctor` read back.
 
 `.gitattributes` is allowed but never honoured: `neutralise_attributes` writes
 `$GIT_DIR/info/attributes`, which git ranks above every `.gitattributes`, unsetting each
@@ -34,6 +35,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from skilld.fsutil import MAX_FILE_BYTES
 from skilld.skills.document import neutralise_file
 from skilld.skills.layout import ARCHIVE_DIR
 from skilld.skills.names import MAX_NAME_LENGTH, NAME_PATTERN, is_safe_path_component
@@ -49,8 +51,6 @@ from skilld.sync.layout import (
 )
 from skilld.sync.objects import diff_trees, read_objects
 
-#: The largest file a remote may bring (a skill is a page of Markdown and a few scripts).
-MAX_FILE_BYTES = 1 << 20
 GITATTRIBUTES = ".gitattributes"
 TOP_LEVEL_FILES = frozenset({"README.md", "LICENSE", GITIGNORE, GITATTRIBUTES})
 _GIT_FILES = frozenset({GITIGNORE, GITATTRIBUTES})
@@ -193,14 +193,15 @@ def refusals_of(
     every skill it brings with a live load-time shell trigger. The one check a sync round
     applies before it moves and `status` and `doctor` read back from the last fetch."""
     refusals = check_tree(git, tip, since=since, limit=limit)
-    return refusals + _live_triggers(git, tip, since, {r.path for r in refusals})
+    return refusals + _skill_file_problems(git, tip, since, {r.path for r in refusals})
 
 
-def _live_triggers(git: Git, tip: str, since: str | None, refused: set[str]) -> list[Refusal]:
+def _skill_file_problems(git: Git, tip: str, since: str | None, refused: set[str]) -> list[Refusal]:
     """No skill the remote brings may run anything as an agent loads it (docs/security.md):
     a teammate's file, or one an older skilld wrote, with a load-time shell trigger is
     refused like any path a library may not hold. skilld does not rewrite it: it is not
-    its own."""
+    its own. A skill file that is not UTF-8 text is refused too: no agent reads it as a
+    skill, and every listing would show it broken."""
     brought = {
         change.new[1]: change.path
         for change in diff_trees(git, [(tip, since)]).get(tip, [])
@@ -208,18 +209,26 @@ def _live_triggers(git: Git, tip: str, since: str | None, refused: set[str]) -> 
         and change.path not in refused
         and skill_name_of_path(change.path) is not None
     }
-    return [
-        refusal(git, tip, since, brought[object_id], LIVE_TRIGGER)
-        for object_id, data in sorted(read_objects(git, brought).items())
-        if neutralise_file(data) != data
-    ]
+    problems = []
+    for object_id, data in sorted(read_objects(git, brought).items()):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            why = f"{NOT_UTF8} (a bad byte at {exc.start})"
+            problems.append(refusal(git, tip, since, brought[object_id], why))
+            continue
+        if neutralise_file(data) != data:
+            problems.append(refusal(git, tip, since, brought[object_id], LIVE_TRIGGER))
+    return problems
 
 
 #: Why a skill file with a load-time shell trigger is refused (docs/security.md).
 LIVE_TRIGGER = (
-    "a load-time shell trigger (!`command` or a ```! fence) an agent would run as it loads "
-    "the skill: put a space after the !"
+    "a load-time shell trigger (!`command`, or a ```! or ~~~! fence) an agent would run as it "
+    "loads the skill: put a space after the ! (a backslash before a fence's !)"
 )
+#: Why a skill file that is not UTF-8 is refused.
+NOT_UTF8 = "a skill file that is not UTF-8 text"
 
 
 def refusal(git: Git, tip: str, since: str | None, path: str, why: str) -> Refusal:

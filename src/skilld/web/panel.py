@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,8 +32,9 @@ from skilld import actions, reports
 from skilld.app import App, open_app
 from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
+from skilld.fsutil import read_tree_file
 from skilld.skills.layout import SKILL_FILE
-from skilld.skills.library import FileFacts, Origin
+from skilld.skills.library import FileFacts, Library, Origin
 from skilld.web.render import (
     bar_chart,
     markdown,
@@ -162,7 +164,7 @@ class Panel:
                 for skill in reports.listed_skills(lib)
                 if (owner is None or skill.owner == owner)
                 and (state is None or skill.state == state or (state == "pinned" and skill.pinned))
-                and (not search or search in skill.name or search in self.description(skill.path))
+                and (not search or search in skill.name or search in self.description(lib, skill))
             ]
             pages = max(1, -(-len(skills) // PAGE_SIZE))
             start = (min(page, pages) - 1) * PAGE_SIZE
@@ -182,22 +184,27 @@ class Panel:
         filters = {"library": library, "owner": owner, "state": state, "q": search, "sort": sort}
         return self.page("skills.html", title="Skills", page=page, filters=filters, **values)
 
-    def description(self, path: str) -> str:
-        """The description of the skill file at `path`, lowercased, for the search; read once
-        per file version."""
+    def description(self, library: Library, skill: reports.ListedSkill) -> str:
+        """The description of `skill`, lowercased, for the search; read once per file version,
+        through the library's tree guard (no link on the way, no FIFO, nothing over the bound),
+        and never for a broken entry."""
         from skilld.skills.document import parse_skill
 
+        path = skill.path
+        if skill.broken:
+            return ""
         try:
-            stat = Path(path).stat()
-        except OSError:
+            stat = os.stat(path, follow_symlinks=False)
+            relpath = Path(path).relative_to(library.root).as_posix()
+        except (OSError, ValueError):
             return ""
         mark = (stat.st_mtime, stat.st_size)
         cached = self._descriptions.get(path)
         if cached is not None and cached[0] == mark:
             return cached[1]
         try:
-            text = parse_skill(Path(path).read_bytes()).description.lower()
-        except (OSError, ValueError):
+            text = parse_skill(read_tree_file(library.root, relpath) or b"").description.lower()
+        except (OSError, ValueError):  # UnsafePath and SkillParseError are ValueErrors
             text = ""
         self._descriptions[path] = (mark, text)
         return text
@@ -217,10 +224,8 @@ class Panel:
             if entry is None:
                 assert archived is not None
                 file = archived / SKILL_FILE if archived.is_dir() else archived
-                if file.is_symlink():  # never read through a link out of the library
-                    raise LibraryError(f"{file} is a symbolic link")
                 report = {"name": name, "library": library.name, "owner": "archived"}
-                text = file.read_text(encoding="utf-8", errors="replace")
+                text = _archived_text(library, file)
                 effect = reports.effect(app, library, name, record=record)
             else:
                 if entry.error:
@@ -281,13 +286,21 @@ class Panel:
                 )
                 proposal = render_skill(doc, target.dialect)
                 entry = target.get(item["name"])
-                current = entry.path.read_text(encoding="utf-8") if entry else None
+                broken, current = None, None
+                if entry is not None:
+                    try:  # a broken entry is never read; an unreadable one is shown as broken
+                        current = target.skill_text(entry)
+                    except LibraryError as exc:
+                        broken = str(exc)
                 diff = (
                     unified_diff(current, proposal, before_name="current", after_name="proposal")
                     if current is not None
                     else None
                 )
-                items.append({**item, "target": target.name, "proposal": proposal, "diff": diff})
+                items.append(
+                    {**item, "target": target.name, "proposal": proposal, "diff": diff,
+                     "broken": broken}
+                )  # fmt: skip
             return items
 
         return self.page("review.html", title="Review", items=await self.with_app(build))
@@ -609,3 +622,15 @@ def guarded_app(config: Config, access: Access) -> Guard:
     giving the token (the login URL or form, and `Authorization: Bearer`)."""
     throttle = LoginThrottle()
     return Guard(build_app(config, access, throttle), access, throttle)
+
+
+def _archived_text(library: Library, file: Path) -> str:
+    """An archived skill file's text, read through the library's tree guard (no link on the
+    way, no FIFO, nothing over the bound). Raises LibraryError saying why it is not shown."""
+    try:
+        data = read_tree_file(library.root, file.relative_to(library.root).as_posix())
+    except (OSError, ValueError) as exc:  # UnsafePath is a ValueError
+        raise LibraryError(f"{file} is not shown: {exc}") from None
+    if data is None:
+        raise NotFound(f"{file} is gone")
+    return data.decode("utf-8", errors="replace")
