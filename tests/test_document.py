@@ -361,6 +361,29 @@ def test_every_dialect_neutralises_shell_triggers(dialect: str) -> None:
     assert "! `id`" in parsed.description
 
 
+def test_a_tilde_fence_with_a_bang_is_broken_like_the_backtick_form() -> None:
+    """CommonMark opens a fence with three tildes as well: `~~~!` is the fenced trigger's other
+    spelling, broken the same way, in every field, on write and in a file brought back."""
+    body = "Now:\n~~~!\ntouch ran.txt\n~~~\n~~~~!\nid\n~~~~\n~~~ !\nkept\n~~~\n"
+    for dialect in FORMS:
+        doc = _doc(body=body, description="Run ~~~!id first.")
+        rendered = render_skill(doc, dialect)
+        assert re.search(r"~{3,}!", rendered) is None, dialect
+        parsed = parse_skill(rendered, dialect=dialect)
+        assert parsed.body == body.replace("~~~!", "~~~\\!").replace("~~~~!", "~~~~\\!")
+    live = b"---\nname: a\ndescription: d\n---\n~~~!\nid\n~~~\n"
+    assert neutralise_file(live) == live.replace(b"~~~!", b"~~~\\!")
+
+
+def test_a_control_character_in_a_written_field_is_refused() -> None:
+    for body in ("Go.\x1b]52;c;eA==\x07\n", "Go.\x1b[2J\n", "Go.\x9b31m\n", "Go.\x00\n"):
+        with pytest.raises(InvalidSkill, match=r"body contains U\+00.., a control character"):
+            validate_skill(_doc(body=body), "claude")
+    with pytest.raises(InvalidSkill, match=r"metadata 'k' contains U\+001B"):
+        validate_skill(_doc(metadata={"k": "\x1b[2J"}), "claude")
+    validate_skill(_doc(body="Tab\there,\r\nCRLF and LF.\n"), "claude")  # allowed
+
+
 def test_a_file_is_neutralised_in_place_and_only_when_it_holds_a_trigger() -> None:
     clean = b"---\nname: a\ndescription: d\n---\nRun `make`.\n"
     assert neutralise_file(clean) is clean
@@ -372,17 +395,21 @@ def test_a_file_is_neutralised_in_place_and_only_when_it_holds_a_trigger() -> No
 
 
 @PROPERTY_SETTINGS
-@given(st.lists(st.sampled_from(["!", "`", "```", "!`", "a", " ", "\n"]), max_size=20).map("".join))
+@given(
+    st.lists(st.sampled_from(["!", "`", "```", "~", "~~~", "!`", "a", " ", "\n"]), max_size=20).map(
+        "".join
+    )
+)
 def test_neutralising_is_idempotent_and_leaves_no_trigger(text: str) -> None:
     once = neutralise_shell_injection(text)
     assert neutralise_shell_injection(once) == once
     assert "!`" not in once
-    assert re.search(r"`{3,}!", once) is None
+    assert re.search(r"(`{3,}|~{3,})!", once) is None
     assert once.replace(" ", "").replace("\\", "") == text.replace(" ", "").replace("\\", "")
 
 
 @PROPERTY_SETTINGS
-@given(st.text().filter(lambda t: "!`" not in t and re.search(r"```+!", t) is None))
+@given(st.text().filter(lambda t: "!`" not in t and re.search(r"(```+|~~~+)!", t) is None))
 def test_neutralising_leaves_text_without_triggers_alone(text: str) -> None:
     assert neutralise_shell_injection(text) == text
 

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from skilld.sync.incoming import MAX_FILE_BYTES, entry_problem, path_problem, shown
-from tests.synchosts import Host, bare_remote, remote_files
+from skilld.sync.incoming import (
+    LIVE_TRIGGER,
+    MAX_FILE_BYTES,
+    NOT_UTF8,
+    entry_problem,
+    path_problem,
+    shown,
+)
+from tests.synchosts import Host, Person, bare_remote, remote_files
 
 
 @pytest.mark.parametrize(
@@ -124,3 +131,39 @@ def test_a_link_a_person_puts_in_the_work_tree_fails_the_round_and_writes_nothin
     assert report.error == f"refused: {host.skills / '.skilld'} is a symbolic link"
     assert list(outside.iterdir()) == []
     assert remote_files(remote) == {".gitignore", ".skilld/manifest.json", "fix-venv/SKILL.md"}
+
+
+@pytest.mark.parametrize(
+    ("relpath", "data", "why"),
+    [
+        ("latin/SKILL.md", b"---\nname: latin\ndescription: Caf\xe9.\n---\nx\n", NOT_UTF8),
+        ("latin.md", b"---\nname: latin\ndescription: d\n---\n\xff\xfe\n", NOT_UTF8),
+        ("tilde/SKILL.md", b"---\nname: tilde\ndescription: d\n---\n~~~!\nid\n~~~\n", LIVE_TRIGGER),
+    ],
+    ids=["not UTF-8", "flat, not UTF-8", "~~~! fence"],
+)
+def test_a_remote_skill_file_no_agent_may_load_is_refused(
+    tmp_path: Path, relpath: str, data: bytes, why: str
+) -> None:
+    """Through a real remote: a teammate's push of a skill file that is not UTF-8 (every page
+    would show it broken) or opens a `~~~!` fence is refused, and the round applies nothing;
+    a script beside a skill may still be any bytes."""
+    remote = bare_remote(tmp_path / "team.git")
+    host = Host(tmp_path, "alpha", remote)
+    host.repo.setup()
+    host.write_skill("fix-venv", "Recreate it.")
+    assert host.repo.sync().ok
+    good = host.head_tree()
+    person = Person(tmp_path, remote)
+    person.edit("fix-venv/scripts/blob.bin", b"\xff\xfe\x00binary", "a binary script")
+    assert host.repo.sync().ok
+    assert (host.skills / "fix-venv" / "scripts" / "blob.bin").is_file()
+    good = host.head_tree()
+
+    person.edit(relpath, data, "a skill no agent may load")
+    report = host.repo.sync()
+
+    [refused] = report.refused
+    assert refused.path == relpath and refused.why.startswith(why)
+    assert host.head_tree() == good
+    assert not (host.skills / relpath).exists()

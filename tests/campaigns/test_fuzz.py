@@ -251,7 +251,7 @@ def test_contract_parser_never_raises(full_size: bool, campaign_figures: Any) ->
 names = st.from_regex(NAME_PATTERN, fullmatch=True).filter(lambda name: len(name) <= 64)
 field_text = st.lists(
     st.characters(blacklist_categories=("Cs", "Cc"))
-    | st.sampled_from(["\n", "\t", " ", ":", "#", "'", '"', "-", "!`", "```!", "\ufeff"]),
+    | st.sampled_from(["\n", "\t", " ", ":", "#", "'", '"', "-", "!`", "```!", "~~~!", "\ufeff"]),
     min_size=1,
     max_size=40,
 ).map("".join) | st.sampled_from(
@@ -343,7 +343,7 @@ def test_frontmatter_round_trip(full_size: bool, campaign_figures: Any) -> None:
         assert (parsed.description, parsed.when_to_use) == expected_fields(
             description, when_to_use, dialect
         )
-        assert "!`" not in text and "```!" not in text
+        assert "!`" not in text and "```!" not in text and "~~~!" not in text
         assert render_skill(parsed, dialect) == text
         counts["round_trips"] += 1
 
@@ -354,7 +354,7 @@ def test_frontmatter_round_trip(full_size: bool, campaign_figures: Any) -> None:
             "description": field_text,
             "when_to_use": st.just("") | field_text,
             "body": st.text(min_size=1).filter(lambda body: body.strip() != "")
-            | st.sampled_from(["```!\nls\n```", "!`id`", "---\n---", "\r\n\r\nx"]),
+            | st.sampled_from(["```!\nls\n```", "~~~!\nls\n~~~", "!`id`", "---\n---", "\r\n\r\nx"]),
             "metadata": metadata_maps,
             "disable": st.booleans(),
             "dialect": st.sampled_from(FORMS),
