@@ -346,3 +346,34 @@ def test_a_first_run_with_no_agent_says_so_and_reads_an_agent_installed_later(
     assert status["sessions_tracked"] == 1
     created = cli("events", "--json", "--kind", "created")
     assert [(e["library"], e["skill"]) for e in created] == [("claude", "set-staging-host")]
+
+
+def test_no_agent_found_is_said_once_per_start_not_again_after_each_reload(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP reloads the config, not the daemon: the start-up warning that no agent is found
+    is not repeated by each reload."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("SKILLD_") and key not in HOME_OVERRIDES
+    }
+    env.update(
+        HOME=str(home),
+        DEEPSEEK_API_KEY="sk-test-0000",
+        SKILLD_EVOLVE_INTERVAL_SECONDS="0.2",
+        SKILLD_LOG_FORMAT="json",
+    )
+    with running(skilld_argv("run"), env) as run:
+        assert run.notify.wait_ticks(1, 60), "the daemon should tick with nothing to read"
+        for reload in (1, 2):
+            run.process.send_signal(signal.SIGHUP)
+            assert wait_for(lambda: run.notify.reloads == reload, 30)  # noqa: B023
+            assert wait_for(lambda: run.notify.starts == reload + 1, 30)  # noqa: B023
+            assert run.notify.wait_full_tick(60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    logged = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    assert [line["event"] for line in logged].count("reloaded") == 2
+    assert [line["event"] for line in logged].count("no_agent_found") == 1

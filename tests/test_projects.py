@@ -377,6 +377,7 @@ def test_a_skills_dir_that_links_out_never_counts_and_is_never_written(machine: 
         text=True,
         timeout=60,
     )
+    assert (hook.returncode, hook.stderr) == (0, ""), "the hook failed the agent's tool call"
     assert files_under(home / ".agents") == before["agents"], hook.stderr
 
 

@@ -5,6 +5,7 @@ description, and with `skills.inline_shell: true` loading a skill runs nothing."
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,7 +98,22 @@ def test_hermes_index_line_is_the_whole_description(agents: Agents, home: Home) 
 def test_hermes_inline_shell_runs_nothing_in_a_skill_skilld_wrote(
     agents: Agents, home: Home
 ) -> None:
-    hermes_home(home, inline_shell=True)
+    hermes = hermes_home(home, inline_shell=True)
+    # The control: with this config, home and working directory, Hermes does run a live
+    # trigger a person wrote by hand (else the assertion below would prove nothing).
+    control = hermes / "skills" / "hand-written"
+    control.mkdir(parents=True)
+    (control / "SKILL.md").write_text(
+        "---\nname: hand-written\ndescription: Written by a person.\n---\n"
+        "Today is !`touch ran.txt && date +%F`.\n",
+        encoding="utf-8",
+    )
+    assert probe(agents, home, "hand-written")["view"]["success"] is True
+    markers = list(home.root.rglob("ran.txt"))
+    assert markers, "the control failed: Hermes ran no inline shell with this config"
+    for marker in markers:
+        marker.unlink()
+    shutil.rmtree(control)
     home.skilld(
         "skills", "write", "today-date", "--library", "hermes",
         "--description", "Put today's date in a release note.",
