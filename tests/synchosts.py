@@ -34,9 +34,11 @@ def plain_git(*args: str, cwd: Path, check: bool = True) -> subprocess.Completed
         GIT_COMMITTER_NAME="Pat Person",
         GIT_COMMITTER_EMAIL="pat@example.com",
     )
+    # A remote's history may hold bytes that are not UTF-8 (a hostile teammate's files).
     return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=check
-    )
+        ["git", *args], cwd=cwd, env=env, capture_output=True, check=check,
+        text=True, errors="surrogateescape",
+    )  # fmt: skip
 
 
 def bare_remote(path: Path) -> Path:

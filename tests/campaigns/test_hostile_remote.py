@@ -14,8 +14,10 @@ After every round, on every host: the planted secret beside each library never a
 `git log -p --all` of the remote, no file outside the libraries changed (nor the filter's
 marker appeared), each host's `.usage.json` (pins and counts) is byte-identical, `skilld sync`
 refused exactly the expected paths, and `skilld doctor` named each of them. Then the teammate
-fixes the remote and every host syncs again. The commands run in this process (`cli.main`):
-the same command lines as `python -m skilld`, without an interpreter start each.
+fixes the remote and every host syncs again. Every sync round is a real `skilld sync`
+process, as a user's daemon or timer runs it, so nothing one process keeps can hide a bug;
+the other commands run in this process (`cli.main`): the same command lines as `python -m
+skilld`, without an interpreter start each.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,9 +111,17 @@ class Team:
         return outcome.out
 
     def sync(self, host: str) -> tuple[Outcome, dict[str, Any]]:
-        outcome = self.run(host, "sync", "--json")
-        [row] = json.loads(outcome.out)
-        return outcome, row
+        """`skilld sync --json` as its own process."""
+        done = subprocess.run(
+            [sys.executable, "-m", "skilld", "--config", str(self.hosts[host].config_path),
+             "sync", "--json"],
+            env={k: v for k, v in os.environ.items() if not k.startswith("SKILLD_")},
+            capture_output=True, timeout=120,
+        )  # fmt: skip
+        out, err = (done.stdout.decode(), done.stderr.decode("utf-8", "backslashreplace"))
+        assert "Traceback" not in err, err
+        [row] = json.loads(out)
+        return Outcome(done.returncode, out, err), row
 
     # -- the teammate's plain clone ----------------------------------------------------------
 
@@ -271,6 +282,11 @@ def hostile_cases(team: Team, big: int) -> list[list[Case]]:
                  (shown(b"fix-venv/\xff\xfe.md".decode("utf-8", "surrogateescape")),)),
             Case("not a skill", {b"notes.txt": blob(b"x"), b".archive/README.md": blob(b"x")},
                  (), ("notes.txt", ".archive/README.md")),
+            Case("a skill file not UTF-8", {b"latin/SKILL.md": blob(
+                b"---\nname: latin\ndescription: Caf\xe9.\n---\nx\n")}, (), ("latin/SKILL.md",)),
+            Case("a ~~~! fence", {b"tilde/SKILL.md": blob(
+                b"---\nname: tilde\ndescription: T.\n---\n~~~!\nid\n~~~\n")}, (),
+                 ("tilde/SKILL.md",)),
         ],
     ]  # fmt: skip
 
