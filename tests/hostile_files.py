@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,11 @@ TITLE = "\x1b]0;owned\x07"
 CSI8 = "\x9b31m"
 
 
-def _fifo(path: Path) -> None:
+def _fifo(path: Path, _name: str) -> None:
     os.mkfifo(path)
 
 
-def _socket(path: Path) -> None:
+def _socket(path: Path, _name: str) -> None:
     # A socket's path is limited to 108 bytes: bound in a short folder, then moved in place.
     short = Path(tempfile.mkdtemp(prefix="sk-", dir="/tmp"))
     try:
@@ -53,28 +53,30 @@ def _socket(path: Path) -> None:
         os.rmdir(short)
 
 
-def _device_link(path: Path) -> None:
+def _device_link(path: Path, _name: str) -> None:
     path.symlink_to("/dev/zero")
 
 
-def _sparse(path: Path) -> None:
+def _sparse(path: Path, name: str) -> None:
     with path.open("wb") as handle:
-        handle.write(b"---\nname: sparse\ndescription: Huge.\n---\n")
+        handle.write(f"---\nname: {name}\ndescription: Huge.\n---\n".encode())
         handle.truncate(SPARSE_BYTES)
 
 
-def _not_utf8(path: Path) -> None:
-    path.write_bytes(b"---\nname: latin\ndescription: Caf\xe9 au lait.\n---\nNot \xff UTF-8.\n")
+def _not_utf8(path: Path, name: str) -> None:
+    path.write_bytes(
+        f"---\nname: {name}\n".encode() + b"description: Caf\xe9 au lait.\n---\nNot \xff UTF-8.\n"
+    )
 
 
-def _deep_yaml(path: Path) -> None:
+def _deep_yaml(path: Path, name: str) -> None:
     depth = 100_000
-    path.write_text(f"---\nname: deep-yaml\ndescription: {'[' * depth}{']' * depth}\n---\nx\n")
+    path.write_text(f"---\nname: {name}\ndescription: {'[' * depth}{']' * depth}\n---\nx\n")
 
 
-def _controls(path: Path) -> None:
+def _controls(path: Path, name: str) -> None:
     path.write_text(
-        f"---\nname: controls\ndescription: Escapes.\n---\n{OSC52}{CLEAR_SCREEN}{TITLE}{CSI8}"
+        f"---\nname: {name}\ndescription: Escapes.\n---\n{OSC52}{CLEAR_SCREEN}{TITLE}{CSI8}"
         "Harmless text.\n"
     )
 
@@ -82,7 +84,7 @@ def _controls(path: Path) -> None:
 #: Each kind of hostile file, by the skill name it is planted as: what plants it, and why a
 #: listing (which checks a file without a YAML parser) and a parsing read (`skills show`, MCP
 #: `skill_view`) call it broken (None: a readable skill, shown escaped, never run).
-KINDS: dict[str, tuple[Any, str | None, str | None]] = {
+KINDS: dict[str, tuple[Callable[[Path, str], None], str | None, str | None]] = {
     "fifo": (_fifo, "a FIFO", "a FIFO"),
     "socket": (_socket, "a socket", "a socket"),
     "device-link": (_device_link, "links out of", "links out of"),
@@ -93,11 +95,12 @@ KINDS: dict[str, tuple[Any, str | None, str | None]] = {
 }
 
 
-def plant(skills: Path, kind: str) -> Path:
-    """A skill folder `skills/<kind>` whose `SKILL.md` is the hostile file `kind`."""
-    folder = skills / kind
+def plant(skills: Path, kind: str, name: str | None = None) -> Path:
+    """A skill folder `skills/<name>` (`name`: `kind`) whose `SKILL.md` is the hostile file
+    `kind`."""
+    folder = skills / (name or kind)
     folder.mkdir(parents=True, exist_ok=True)
-    KINDS[kind][0](folder / "SKILL.md")
+    KINDS[kind][0](folder / "SKILL.md", name or kind)
     return folder / "SKILL.md"
 
 
@@ -183,10 +186,25 @@ def result_text(result: dict[str, Any]) -> str:
     return "".join(part.get("text", "") for part in result.get("content", []))
 
 
+@dataclass
+class Panel:
+    """A running `skilld web`: its process id, and a client that has opened the URL it printed
+    (with a token, that sets the session cookie)."""
+
+    pid: int
+    client: httpx.Client
+
+    def peak_rss_kib(self) -> int:
+        """The panel's peak RSS so far (VmHWM), KiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        return 0
+
+
 @contextlib.contextmanager
-def running_panel(workspace: Workspace) -> Iterator[httpx.Client]:
-    """`skilld web` on a free port, and a client that has opened the URL it printed (with a
-    token, that sets the session cookie)."""
+def running_panel(workspace: Workspace) -> Iterator[Panel]:
+    """`skilld web` on a free port, stopped on leaving."""
     from tests.test_web import start_panel
 
     process, url = start_panel(workspace)
@@ -194,7 +212,7 @@ def running_panel(workspace: Workspace) -> Iterator[httpx.Client]:
         base = url.split("?", 1)[0]
         with httpx.Client(base_url=base, timeout=PAGE_SECONDS, follow_redirects=True) as client:
             client.get(url)
-            yield client
+            yield Panel(process.pid, client)
     finally:
         process.kill()
         process.communicate()

@@ -139,7 +139,8 @@ def test_the_panel_reads_through_no_link_and_no_fifo_and_every_page_renders(
     stage(workspace, "latin", "1. Valid text now.\n")
     workspace.write_config()
 
-    with running_panel(workspace) as panel:
+    with running_panel(workspace) as running:
+        panel = running.client
         review = panel.get("/review")
         assert review.status_code == 200
         assert "PRIVATE-NOTES-OUT-OF-LIBRARY" not in review.text
