@@ -46,6 +46,7 @@ _EXPORTS = {
             "CORRUPT_PREFIX",
             "COUNT_FIELDS",
             "LOCK_FILE",
+            "MAX_USAGE_BYTES",
             "Record",
             "State",
             "TEMP_FILE",
