@@ -72,6 +72,8 @@ LIST_MODULES = (HOOK_MODULES - {"skilld.commands.usage"}) | {
     "skilld.skills.lock",
     "skilld.skills.outcomes",
     "skilld.skills.ownership",
+    # What in a skill's text would act (shell triggers, control characters): `document` uses it.
+    "skilld.skills.triggers",
     "skilld.state",
     # `StateDB` is made of every table family's module.
     "skilld.state.db",

@@ -98,7 +98,7 @@ class SkillTools:
                 raise Refused(f"no skill named {name}")
             if entry.error:  # e.g. a link out of the skills dir: never read through it
                 raise Refused(f"{entry.name} is broken: {entry.error}")
-            text = library.skill_text(entry)
+            text = entry.text()
             library.usage.bump(entry.name, "view")
         return text
 

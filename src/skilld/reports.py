@@ -240,7 +240,7 @@ def skill_report(
         "library": chosen.name,
         "owner": entry.owner,
         "path": str(entry.path),
-        "text": chosen.skill_text(entry),
+        "text": entry.text(),
         "effect": effect(app, chosen, entry.name, record=record),
     }
 

@@ -247,7 +247,7 @@ def _set_invocation(
     curator's own rewrite is no activity: it is not counted as a patch, so that disabling a
     stale skill does not make it look fresh."""
     try:
-        doc = parse_skill(library.skill_bytes(entry), dialect=library.form)
+        doc = parse_skill(entry.content(), dialect=library.form)
     except (LibraryError, SkillParseError) as exc:
         _fail(library, report, entry.name, "rewrite", exc)
         return False

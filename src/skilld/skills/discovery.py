@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, Protocol
 
 from skilld.digest import sha256_hex
+from skilld.errors import LibraryError
 from skilld.fsutil import FileRefused, read_regular_file
 from skilld.log import get_logger
 from skilld.skills.document import SkillDoc, SkillParseError, parse_skill, quick_problem
@@ -55,6 +56,30 @@ class SkillEntry(NamedTuple):
     @property
     def path(self) -> Path:
         return Path(self.file)
+
+    def content(self) -> bytes:
+        """The file's bytes, read as discovery reads it: never a broken entry, never through
+        a link out of its root, never a FIFO, a device or a file over the bound
+        (`read_regular_file`). Raises LibraryError saying why."""
+        if self.error:
+            raise LibraryError(f"{self.name} is broken: {self.error}")
+        target, real_root = self.path.resolve(), self.root.resolve()
+        if real_root not in target.parents:
+            raise LibraryError(f"{self.path} is a link out of {self.root}")
+        try:
+            return read_regular_file(target)[0]
+        except (OSError, FileRefused) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise LibraryError(f"{self.name} is unreadable: {reason}") from None
+
+    def text(self) -> str:
+        """`content` as text. Raises LibraryError for a file that is not UTF-8."""
+        try:
+            return self.content().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LibraryError(
+                f"{self.name} is broken: not valid UTF-8 at byte {exc.start}"
+            ) from None
 
 
 class _Child(Protocol):

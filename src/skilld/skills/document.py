@@ -46,6 +46,7 @@ from skilld.skills.names import (
     require_dialect,
     validate_name,
 )
+from skilld.skills.triggers import control_character, neutralise_file, neutralise_shell_injection
 
 __all__ = [
     "AGENTSKILLS_WHEN_MARKER",
@@ -140,9 +141,6 @@ _ANGLE_BRACKET_DIALECTS = frozenset({"claude", "agentskills"})
 # two of them.
 _DELIMITER_LINE = r"(?m)^---[ \t]*$"
 _OPENING_LINE = r"---[ \t]*(?:\n|\Z)"
-_FENCE_TRIGGER = r"(```+|~~~+)!"
-#: Claude Code's and Hermes's inline trigger: `!` directly before a backtick.
-_INLINE_TRIGGER = "!`"
 # A CommonMark code fence opening (up to three spaces, three or more backticks or tildes).
 _FENCE_OPENING = r" {0,3}(`{3,}|~{3,})"
 # What a when-to-use may open with that the fold's own "Use when" already says.
@@ -150,8 +148,6 @@ _WHEN_LEAD = r"(?i)(?:use\s+(?:this\s+(?:skill\s+)?)?when|when)(?:\s+|$)"
 # Where a description holds more than one sentence: a full stop, then a capital ("e.g. a" is
 # one sentence, "Find it. Fix it." two).
 _SENTENCE_BREAK = r"[.!?]\s+[A-Z]"
-#: C0 controls, DEL and C1 controls (Unicode category Cc).
-_CONTROL_CHARACTER = r"[\x00-\x1f\x7f-\x9f]"
 # Characters YAML (or str.splitlines) treats as a line break.
 _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 # Wide enough that the emitter never folds a line; folding would be harmless YAML but makes
@@ -545,29 +541,6 @@ def render_skill(doc: SkillDoc, dialect: str) -> str:
     return f"---\n{dumped}---\n{_canonical_body(neutralise(body))}"
 
 
-def neutralise_shell_injection(text: str) -> str:
-    """Break every load-time shell trigger in ``text`` (idempotent; see the module docstring).
-
-    The one neutraliser: the renderer applies it to every field of every dialect, and
-    `neutralise_file` to bytes a rollback brings back."""
-    return re.compile(_FENCE_TRIGGER).sub(r"\1\\!", text.replace(_INLINE_TRIGGER, "! `"))
-
-
-def neutralise_file(data: bytes) -> bytes:
-    """A skill file's bytes with no live shell trigger: the same bytes when it holds none.
-
-    For bytes skilld did not render just now (a saved version a rollback restores, possibly
-    written by an older skilld or a teammate): the triggers are broken in place, the rest of
-    the file is kept byte for byte, so its frontmatter, even one that does not parse, stays
-    as it was."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data  # no agent loads it as a skill; nothing in it runs
-    neutral = neutralise_shell_injection(text)
-    return data if neutral == text else neutral.encode("utf-8")
-
-
 def fold_description(description: str, when_to_use: str | None) -> str:
     """The agentskills description with the when-to-use folded in, as one sentence:
     ``"<description>. Use when <when>."``.
@@ -778,15 +751,8 @@ def _check_metadata(metadata: Mapping[str, str]) -> None:
 
 
 def _check_controls(label: str, text: str, *, allowed: str) -> None:
-    """Refuse a C0 or C1 control character (or DEL) other than `allowed`: an escape sequence
-    in a skill would reach the terminal of whoever prints it (OSC 52 writes the clipboard,
-    others clear the screen or retitle the window)."""
-    found = re.search(_CONTROL_CHARACTER, text.translate(dict.fromkeys(map(ord, allowed))))
-    if found is not None:
-        raise InvalidSkill(
-            f"{label} contains U+{ord(found.group()):04X}, a control character; only newline "
-            "and tab are allowed"
-        )
+    if (problem := control_character(label, text, allowed=allowed)) is not None:
+        raise InvalidSkill(problem)
 
 
 def _check_body(body: object, max_content_chars: int, dialect: str) -> None:

@@ -35,7 +35,6 @@ from skilld.fsutil import (
     UnsafePath,
     contained_path,
     move_in_tree,
-    read_regular_file,
     remove_stray_temps,
     remove_tree_file,
     tree_path,
@@ -532,30 +531,6 @@ class Library:
             contained_path(entry.root, entry.path.relative_to(entry.root).as_posix())
         except (UnsafePath, ValueError) as exc:
             raise LibraryError(str(exc)) from None
-
-    def skill_bytes(self, entry: SkillEntry) -> bytes:
-        """The bytes of a listed skill's file, read the way discovery reads it: never a broken
-        entry, never through a link out of its root, never a FIFO, a device or a file over
-        the bound (`read_regular_file`). Raises LibraryError saying why."""
-        if entry.error:
-            raise LibraryError(f"{entry.name} is broken: {entry.error}")
-        target, real_root = entry.path.resolve(), entry.root.resolve()
-        if real_root not in target.parents:
-            raise LibraryError(f"{entry.path} is a link out of {entry.root}")
-        try:
-            return read_regular_file(target)[0]
-        except (OSError, UnsafePath) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise LibraryError(f"{entry.name} is unreadable: {reason}") from None
-
-    def skill_text(self, entry: SkillEntry) -> str:
-        """`skill_bytes` as text. Raises LibraryError for a file that is not UTF-8."""
-        try:
-            return self.skill_bytes(entry).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise LibraryError(
-                f"{entry.name} is broken: not valid UTF-8 at byte {exc.start}"
-            ) from None
 
     def _require_changeable(
         self,

@@ -27,7 +27,7 @@ def break_shell_triggers(library: "Library", origin: "Origin") -> list[str]:
             if entry.owner != "managed" or entry.broken:
                 continue
             try:
-                data = library.skill_bytes(entry)
+                data = entry.content()
             except LibraryError:
                 continue  # a listing reports an unreadable file; nothing runs from it here
             neutral = neutralise_file(data)

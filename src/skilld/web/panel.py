@@ -289,7 +289,7 @@ class Panel:
                 broken, current = None, None
                 if entry is not None:
                     try:  # a broken entry is never read; an unreadable one is shown as broken
-                        current = target.skill_text(entry)
+                        current = entry.text()
                     except LibraryError as exc:
                         broken = str(exc)
                 diff = (
