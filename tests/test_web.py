@@ -295,17 +295,17 @@ def stage(workspace: Workspace, name: str, content: str) -> Path:
 def test_review_shows_a_diff_and_approve_and_reject_act(
     panel: TestClient, workspace: Workspace
 ) -> None:
-    stage(workspace, "deploy", "1. Build.\n2. Canary.\n3. Ship.\n")
-    rejected = stage(workspace, "lint", "Run the linter.\n")
+    rejected = stage(workspace, "deploy", "1. Build.\n2. Canary.\n3. Ship.\n")
+    stage(workspace, "lint", "Run the linter.\n")
     page = panel.get("/review").text
     assert '<span class="add">+2. Canary.</span>' in page
     assert "review mode" in page and "it came up twice" in page
     assert "<h3>New skill</h3>" in page
-    assert post(panel, "reject", library="default", name="lint").status_code == 200
+    assert post(panel, "reject", library="default", name="deploy").status_code == 200
     assert not rejected.exists()
-    response = post(panel, "approve", library="default", name="deploy")
-    assert response.status_code == 200 and "updated deploy" in response.text
-    assert "2. Canary." in (workspace.skills / "deploy" / "SKILL.md").read_text()
+    response = post(panel, "approve", library="default", name="lint")
+    assert response.status_code == 200 and "created lint" in response.text
+    assert "Run the linter." in (workspace.skills / "lint" / "SKILL.md").read_text()
     assert [e["source"] for e in workspace.events("approved", "rejected")] == ["panel", "panel"]
 
 

@@ -8,14 +8,14 @@ meant for and the event log, so it lives here, once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from skilld.errors import Failure, UsageError
 
 if TYPE_CHECKING:
     from skilld.app import App
     from skilld.evolve.review import Staged
-    from skilld.skills.library import Library, Origin, Unchanged, Written
+    from skilld.skills.library import Library, Origin, Unchanged, WriteOutcome, Written
 
 
 def staged_proposal(app: App, name: str, library: str | None = None) -> tuple[Path, Staged]:
@@ -39,20 +39,116 @@ def staged_proposal(app: App, name: str, library: str | None = None) -> tuple[Pa
 
 def approve(app: App, name: str, origin: Origin, library: str | None = None) -> Written | Unchanged:
     """Write the proposal staged under `name` into its library (under the library's ownership
-    rules), drop it from the queue and record an `approved` event."""
-    from skilld.gitinfo import from_json
+    rules), drop it from the queue and record an `approved` event.
+
+    An update goes through the merge a learned update takes (`skilld.evolve.approval`): the
+    model sees the skill's current text, so nothing a later write added is lost; when it cannot
+    answer, nothing is written and the proposal stays staged. The version keeps the proposal's
+    session, window, model and reason; `approved_by` (its event's detail) is `origin.source`.
+    """
+    from skilld.evolve.approval import approved_text
+    from skilld.skills.library import Unchanged
 
     file, item = staged_proposal(app, name, library)
     target = staged_library(app, item.library, item.project_root)
-    # The version is still the session's lesson: it keeps where that session worked.
-    result = target.apply(item.doc(), origin._replace(git=from_json(item.origin.get("git"))))
+    approved = approved_text(app, target, item)
+    taught = proposal_origin(item)
+    detail: dict[str, Any] = {"approved_by": origin.source}
+    if approved.merged:
+        detail["merged"] = True
+    if approved.doc is None:
+        entry = target.entry(item.name)
+        assert entry is not None  # only a merge into an existing skill finds nothing to add
+        result: WriteOutcome = Unchanged(entry.name, entry.path, entry.sha256 or "")
+    else:
+        result = target.write(approved.doc, taught)
+    target.commit(result, taught, reason=approved.reason, detail=detail)
+    written = refused_or_written(result)
     file.unlink(missing_ok=True)
     app.state.add_event(
         "approved",
         library=target.name,
         skill=item.name,
         source=origin.source,
-        detail={"outcome": result.kind},
+        detail={"outcome": written.kind, **detail},
+    )
+    return written
+
+
+def proposal_origin(item: Staged) -> Origin:
+    """Who taught the staged proposal: its session, window, model and where it worked."""
+    from skilld.gitinfo import from_json
+    from skilld.skills.library import Origin
+
+    taught = item.origin
+    return Origin(
+        source=str(taught.get("source") or "evolve"),
+        session=taught.get("session"),
+        first_message=taught.get("first_message"),
+        last_message=taught.get("last_message"),
+        model=taught.get("model"),
+        prompt_version=taught.get("prompt_version"),
+        git=from_json(taught.get("git")),
+    )
+
+
+def refused_or_written(outcome: WriteOutcome) -> Written | Unchanged:
+    """A write's outcome, or the error a refused or failed write raises (as `Library.apply`)."""
+    from skilld.errors import CapReached, LibraryError, Protected
+    from skilld.skills.library import Refused, WriteFailed
+
+    if isinstance(outcome, Refused):
+        error = {"protected": Protected, "cap": CapReached}.get(outcome.kind, LibraryError)
+        raise error(outcome.reason)
+    if isinstance(outcome, WriteFailed):
+        raise LibraryError(f"could not write {outcome.name}: {outcome.reason}")
+    return outcome
+
+
+def rollback(
+    app: App,
+    library: Library,
+    name: str,
+    origin: Origin,
+    version: str | None = None,
+    *,
+    force: bool = False,
+) -> Written:
+    """Roll `name` back to `version`: a number (`3` or `v3`, as `skills show` numbers its
+    versions), or a snapshot id from `skills history`; by default the newest saved text other
+    than the one on disk. Where the skill came from is then the restored version's."""
+    from skilld.versions import (
+        VERSION_KINDS,
+        current_version,
+        numbered_versions,
+        snapshot_of,
+        version_number,
+    )
+
+    def versions() -> list[dict[str, Any]]:
+        events = app.state.events(kinds=VERSION_KINDS, skill=name, library=library.name)
+        return numbered_versions(events)
+
+    snapshot = version
+    if version is not None and (number := version_number(version)) is not None:
+        snapshot = snapshot_of(library, name, versions(), number).version
+    result = library.rollback(name, origin, version=snapshot, force=force)
+    restored = current_version(versions(), result.sha256)
+    if restored is None or restored["event"] == "rolled_back":
+        restored = {}  # a text the log never saw written: where it came from is unknown
+    window = restored.get("window") or [None, None]
+    app.state.restore_provenance(
+        library.name,
+        result.name,
+        result.sha256,
+        {
+            "session": restored.get("session"),
+            "first_message": window[0],
+            "last_message": window[1],
+            "model": restored.get("model"),
+            "prompt_version": restored.get("prompt_version"),
+            "git": restored.get("git"),
+        },
     )
     return result
 

@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from skilld.gitinfo import GitContext
     from skilld.skills.library import Library
 
-#: The events that make a new version of a skill (its provenance, version by version).
-VERSION_KINDS = ("created", "updated", "rolled_back", "merged")
-
 
 # -- skills ----------------------------------------------------------------------------------
 
@@ -163,34 +160,28 @@ def _git_json(git: GitContext | None) -> dict[str, str | None] | None:
 
 
 def effect(
-    app: App, library: Library, name: str, *, record: Mapping[str, Any] | None = None
+    app: App,
+    library: Library,
+    name: str,
+    *,
+    record: Mapping[str, Any] | None = None,
+    on_disk: str | None = None,
 ) -> dict[str, Any]:
     """What the library knows of a skill's effect: uses, the sessions that used it, and each
-    version with the reason given for it and where it was learned (`git`, null when unknown).
-    `record` is the skill's usage record, when the caller has read the library's already (the
-    sidecar is the costly read)."""
-    from skilld.gitinfo import from_json
+    version v1…vN with the reason given for it and where it was learned (`git`, null when
+    unknown); `current` is the version whose text is on disk (`on_disk`: its sha256, when
+    known; see `skilld.versions`). `record` is the skill's usage record, when the caller has
+    read the library's already (the sidecar is the costly read)."""
     from skilld.skills.usage import latest_activity_at
+    from skilld.versions import VERSION_KINDS, current_version, numbered_versions
 
     if record is None:
         record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
-    versions = [
-        {
-            "event": event.kind,
-            "at": event.ts,
-            "version": event.detail.get("version"),
-            "session": event.session,
-            "source": event.source,
-            "window": _window(event.detail.get("messages")),
-            "model": _text(event.detail.get("model")),
-            "prompt_version": _text(event.detail.get("prompt_version")),
-            "reason": event.reason,
-            "git": _git_json(from_json(event.detail.get("git"))),
-        }
-        for event in app.state.events(kinds=VERSION_KINDS, skill=name, library=library.name)
-    ]
+    versions = numbered_versions(
+        app.state.events(kinds=VERSION_KINDS, skill=name, library=library.name)
+    )
     return {
         "uses": int(record.get("use_count", 0) or 0),
         "views": int(record.get("view_count", 0) or 0),
@@ -199,19 +190,8 @@ def effect(
         "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
         "sessions": [{"session": s, "uses": n, "last_at": at} for s, n, at in sessions],
         "versions": versions,
+        "current": current_version(versions, on_disk),
     }
-
-
-def _window(messages: object) -> list[int | None] | None:
-    """The window `[first, last]` message an event names, or None when it names none."""
-    if not isinstance(messages, list) or len(messages) != 2:
-        return None
-    first, last = (m if isinstance(m, int) and not isinstance(m, bool) else None for m in messages)
-    return None if first is None and last is None else [first, last]
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 def learned_on_text(git: Mapping[str, Any]) -> str:
@@ -241,7 +221,7 @@ def skill_report(
         "owner": entry.owner,
         "path": str(entry.path),
         "text": entry.text(),
-        "effect": effect(app, chosen, entry.name, record=record),
+        "effect": effect(app, chosen, entry.name, record=record, on_disk=entry.sha256),
     }
 
 

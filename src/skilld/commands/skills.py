@@ -83,10 +83,12 @@ def effect_lines(
         f" last use {report['last_used_at'] or 'never'}",
     ]
     for version in report["versions"]:
-        number = f"v{version['version']} " if version["version"] else ""
+        restored = version.get("restored")
         lines.append(
-            f"{number}{version['event']} {version['at']}"
+            f"v{version['version']} {version['event']} {version['at']}"
+            + (f" (restored v{restored})" if restored else "")
             + (f" from {version['session']}" if version["session"] else "")
+            + (f", approved by {version['approved_by']}" if version["approved_by"] else "")
             + (f": {version['reason']}" if version["reason"] else "")
         )
         if version["git"] is not None:
@@ -170,8 +172,10 @@ def cmd_skills_history(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
+    from skilld.actions import rollback
+
     library = app.select(args.library, skill=args.name)
-    result = library.rollback(args.name, cli_origin(), version=args.version, force=args.force)
+    result = rollback(app, library, args.name, cli_origin(), args.version, force=args.force)
     print(f"rolled back {result.name} {result.path}")
     return 0
 
@@ -263,7 +267,11 @@ def _history_parser(parser: Parser) -> None:
 
 def _rollback_parser(parser: Parser) -> None:
     _one_skill(cmd_skills_rollback, force=True)(parser)
-    parser.add_argument("--version", help="a version from `skilld skills history`")
+    parser.add_argument(
+        "--version",
+        help="a version number from `skilld skills show` (3 or v3), or a snapshot id from"
+        " `skilld skills history`",
+    )
 
 
 def _events_parser(parser: Parser) -> None:

@@ -118,6 +118,9 @@ MergeDecision = Write | KeepCurrent | Refuse | Wait
 def decide(candidate: Candidate, facts: Facts) -> Decision:
     """What to do with `candidate` in the library `facts` describe."""
     held = _held(candidate, facts)
+    if held is not None and facts.existing is not None and facts.existing.protection is not None:
+        # A person could never approve it: say why once, instead of staging it.
+        return Refuse("protected", f"{facts.existing.protection}: not staged for review ({held})")
     if held is not None:
         return Stage(held)
     existing = facts.existing

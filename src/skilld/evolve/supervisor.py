@@ -716,6 +716,25 @@ class Evolver:
             return None
         return self.app.project(user, root)
 
+    async def merge(
+        self,
+        current: SkillDoc,
+        kept: KeptProposal,
+        library: Library,
+        report: TickReport,
+        spend: Spend,
+    ) -> Verdict:
+        """The merge a learned update takes, for a staged proposal a person approves
+        (`skilld.evolve.approval`): `kept`'s text merged into the skill's `current` one."""
+        body = kept.body
+        proposed = SkillDoc(
+            name=body["name"],
+            description=body["description"],
+            when_to_use=body.get("when_to_use"),
+            body=body["content"],
+        )
+        return await self._merge(current, proposed, kept, library, report, spend)
+
     async def _merge(
         self,
         current: SkillDoc,

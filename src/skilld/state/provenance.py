@@ -131,6 +131,31 @@ class ProvenanceTable(Database):
                 (library, name, sha256),
             )
 
+    def restore_provenance(
+        self, library: str, name: str, sha256: str, origin: Mapping[str, Any]
+    ) -> None:
+        """The file holding `sha256` came back from an earlier version (a rollback): where it
+        came from is that version's `origin` (session, first_message, last_message, model,
+        prompt_version, git), each null when the version had none."""
+        git = origin.get("git")
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE provenance SET session = ?, first_message = ?, last_message = ?,"
+                " model = ?, prompt_version = ?, git = ?"
+                " WHERE library = ? AND name = ? AND sha256 = ?",
+                (
+                    origin.get("session"),
+                    origin.get("first_message"),
+                    origin.get("last_message"),
+                    origin.get("model"),
+                    origin.get("prompt_version"),
+                    json.dumps(dict(git), separators=(",", ":")) if git else None,
+                    library,
+                    name,
+                    sha256,
+                ),
+            )
+
     def move_provenance(self, library: str, name: str, path: str) -> None:
         with self.transaction():
             self.conn.execute(

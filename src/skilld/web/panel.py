@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from skilld import actions, reports
+from skilld import actions, reports, versions
 from skilld.app import App, open_app
 from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
@@ -219,7 +219,6 @@ class Panel:
             archived = library.archived().get(name)
             if entry is None and archived is None:
                 return None
-            versions = library.history(name)
             record = library.usage_records().get(name) or {}
             if entry is None:
                 assert archived is not None
@@ -233,19 +232,28 @@ class Panel:
                 report = reports.skill_report(app, name, library.name, record=record)
                 text, effect = report["text"], report["effect"]
 
+            saved = versions.snapshots_by_digest(library, name)
+            numbered = effect["versions"]
+            current = effect["current"]
+
             def version_text(version: str | None) -> str | None:
                 if version in (None, "", "current"):
                     return text
-                if all(v.version != version for v in versions):
+                number = versions.version_number(version)
+                if number is None or not 1 <= number <= len(numbered):
                     return None
-                return library.version_bytes(name, version).decode("utf-8", errors="replace")
+                snapshot = saved.get(numbered[number - 1]["sha256"])
+                if snapshot is None:
+                    return None
+                data = library.version_bytes(name, snapshot.version)
+                return data.decode("utf-8", errors="replace")
 
             diff = None
             if before is not None or after is not None:
                 old, new = version_text(before), version_text(after)
                 if old is not None and new is not None:
                     diff = unified_diff(
-                        old, new, before_name=before or "current", after_name=after or "current"
+                        old, new, before_name=_named(before), after_name=_named(after)
                     )
             frontmatter, body = split_frontmatter(text)
             return {
@@ -255,7 +263,10 @@ class Panel:
                 "body": markdown(body),
                 "effect": effect,
                 "provenance": app.state.provenance(library.name, name),
-                "versions": versions,
+                "choices": versions.labelled(
+                    numbered, set(saved), entry.sha256 if entry is not None else None
+                ),
+                "current": current,
                 "diff": diff,
                 "chart": bar_chart(_uses_by_day(effect["sessions"]), title="Uses by day"),
                 "archived": entry is None,
@@ -297,10 +308,19 @@ class Panel:
                     if current is not None
                     else None
                 )
+                record = target.usage_record(entry.name) if entry is not None else None
+                blocked = target.protection(entry, record) if entry is not None else None
                 items.append(
-                    {**item, "target": target.name, "proposal": proposal, "diff": diff,
-                     "broken": broken}
-                )  # fmt: skip
+                    {
+                        **item,
+                        "target": target.name,
+                        "proposal": proposal,
+                        "diff": diff,
+                        "broken": broken,
+                        "pinned": bool(record and record.get("pinned")),
+                        "blocked": blocked,
+                    }
+                )
             return items
 
         return self.page("review.html", title="Review", items=await self.with_app(build))
@@ -408,7 +428,7 @@ class Panel:
             elif verb == "restore":
                 message = f"restored {name} {chosen.restore(name, PANEL)}"
             elif verb == "rollback":
-                result = chosen.rollback(name, PANEL, version=version)
+                result = actions.rollback(app, chosen, name, PANEL, version)
                 message = f"rolled back {result.name} {result.path}"
             else:
                 deleted = chosen.delete(name, PANEL)
@@ -518,6 +538,12 @@ def sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _named(version: str | None) -> str:
+    """A compared version as the diff names it: `v3`, or `current`."""
+    number = versions.version_number(version or "")
+    return f"v{number}" if number is not None else "current"
 
 
 def _int(value: str | None, default: int) -> int:
