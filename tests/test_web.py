@@ -493,13 +493,14 @@ def test_the_api_returns_what_the_json_commands_print(
         workspace, "skills", "show", "deploy", "--json"
     )
     assert panel.get("/api/review").json() == cli_json(workspace, "review", "list", "--json")
+    # The API pages the log newest first (`events --json` prints it oldest first).
     events = workspace.cli("events", "--json", "--kind", "created", "--kind", "updated")
     assert panel.get("/api/events?kind=created&kind=updated").json() == [
-        json.loads(line) for line in events.stdout.splitlines()
+        json.loads(line) for line in reversed(events.stdout.splitlines())
     ]
     limited = workspace.cli("events", "--json", "--limit", "2", "--since", "1h")
     assert panel.get("/api/events?limit=2&since=1h").json() == [
-        json.loads(line) for line in limited.stdout.splitlines()
+        json.loads(line) for line in reversed(limited.stdout.splitlines())
     ]
     assert panel.get("/api/status").json() == cli_json(workspace, "status", "--json")
     assert panel.get("/api/skills/default/missing").status_code == 404
@@ -509,7 +510,7 @@ def test_the_api_returns_what_the_json_commands_print(
     ("query", "cli_args", "problem"),
     [
         ("limit=abc", ("--limit", "abc"), "limit"),
-        ("limit=-1", ("--limit", "-1"), "--limit: must be 0 or more"),
+        ("limit=-1", ("--limit", "-1"), "limit: must be 0 or more"),
         ("since=soon", ("--since", "soon"), "--since: not a duration"),
         ("kind=created&kind=craeted", ("--kind", "created", "--kind", "craeted"), "'craeted'"),
     ],

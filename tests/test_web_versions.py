@@ -4,8 +4,10 @@ restored version's provenance with versions numbered v1…vN."""
 
 from __future__ import annotations
 
+import json
 import re
 
+from skilld.state import StateDB
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, Reply, skill_reply
 from tests.test_approval import (
@@ -93,3 +95,45 @@ def test_a_rollback_in_the_panel_shows_the_restored_version_s_provenance(
     labels = [label for value, label in choices if value == "2"]
     assert labels and all(re.fullmatch(r"v2 · \d{4}-\d\d-\d\d \d\d:\d\d · .+", x) for x in labels)
     assert '<span class="del">-2. Deploy to the canary first.</span>' in compared
+
+
+# -- API paging ------------------------------------------------------------------------------
+
+
+def test_the_api_pages_events_and_skills(workspace: Workspace) -> None:
+    workspace.write_config()
+    for n in range(5):
+        workspace.cli_here("skills", "write", f"s{n}", "--description", "S.", "--content", "Go.")
+    with StateDB(workspace.state / "state.db") as state:
+        for n in range(120):
+            state.add_event("web", skill=f"e{n}", source="panel")
+    every = [json.loads(line) for line in workspace.cli_here("events", "--json").splitlines()]
+    newest_first = every[::-1]
+    with client_for(workspace) as panel:
+        assert panel.get("/api/events").json() == newest_first[:100]  # the default: 100
+        page = panel.get("/api/events?limit=30").json()
+        assert page == newest_first[:30]
+        after = panel.get(f"/api/events?limit=30&before={page[-1]['id']}").json()
+        assert after == newest_first[30:60]
+        assert panel.get("/api/events?limit=0").json() == []
+        rows = cli_json(workspace, "skills", "list", "--json")
+        assert panel.get("/api/skills").json() == rows  # the default: all
+        assert panel.get("/api/skills?limit=2").json() == rows[:2]
+        assert panel.get("/api/skills?limit=2&offset=2").json() == rows[2:4]
+        assert panel.get("/api/skills?offset=4").json() == rows[4:]
+        for bad in (
+            "/api/events?limit=ten",
+            "/api/events?before=-3",
+            "/api/skills?offset=x",
+            "/api/skills?limit=-1",
+        ):
+            response = panel.get(bad)
+            assert response.status_code == 400, bad
+            assert response.headers["content-type"] == "application/json"
+            name = bad.split("?")[1].split("=")[0]
+            assert response.json()["error"].startswith(f"{name}: "), response.text
+        for unknown in ("/api/nothing", "/api/events/3", "/api/", "/api/status/x"):
+            missing = panel.get(unknown)
+            assert missing.status_code == 404, unknown
+            assert missing.json() == {"error": f"no API path {unknown}"}
+        assert "error" in panel.get("/api/skills/default/s1/extra").json()

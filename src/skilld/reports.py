@@ -375,6 +375,21 @@ def since_timestamp(since: str | None) -> str | None:
         raise UsageError(f"--since: {exc}") from None
 
 
+def count_option(value: str | int | None, name: str) -> int | None:
+    """A count a query takes (`events --limit`, the API's `limit`, `offset`, `before`): a whole
+    number, 0 or more; None when absent. Raises UsageError naming `name`: the CLI and the API
+    refuse the same values with the same words."""
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise UsageError(f"{name}: not a whole number: {value!r}") from None
+    if number < 0:
+        raise UsageError(f"{name}: must be 0 or more, not {number}")
+    return number
+
+
 def known_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
     """`kinds`, each an event kind the log records. Raises UsageError naming the others (a
     misspelt kind would otherwise match nothing, silently)."""
@@ -401,8 +416,7 @@ def event_rows(
     """`events --json`, oldest first: the events matching the filters (`since` as
     `since_timestamp` reads it), the newest `limit` of them. Raises UsageError for an unknown
     kind, a bad `since` or a negative `limit`."""
-    if limit is not None and limit < 0:
-        raise UsageError(f"--limit: must be 0 or more, not {limit}")
+    limit = count_option(limit, "--limit")
     kinds = known_kinds(kinds)
     events = app.state.events(
         kinds=kinds, skill=skill, library=library, since=since_timestamp(since), limit=limit
@@ -443,7 +457,7 @@ def event_page(
         before_id=before,
     )
     newest_first = [event.as_dict() for event in reversed(events)]
-    older = newest_first[size - 1]["id"] if len(newest_first) > size else None
+    older = newest_first[size - 1]["id"] if size and len(newest_first) > size else None
     return newest_first[:size], older
 
 

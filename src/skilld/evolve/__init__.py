@@ -1,11 +1,13 @@
 """The evolution loop: a tick (`supervisor`), its report (`report`), what sessions hold and what
 windows that makes (`backlog`), the prompt (`prompt`), the reply contract (`contract`), the
-review queue (`review`), and replaying history into a sandbox (`replay`). Modules named `_*`
-(the gates, the judging of a reply, similarity) are this package's own."""
+review queue (`review`), what approving a proposal writes (`approval`), and replaying history
+into a sandbox (`replay`). Modules named `_*` (the gates, the judging of a reply, similarity)
+are this package's own."""
 
 from skilld import lazy_exports
 
 _EXPORTS = {
+    **dict.fromkeys(["approved_text"], "approval"),
     **dict.fromkeys(["PROMPT_CHARS_KEY", "backlog", "ready_windows", "summary_of"], "backlog"),
     **dict.fromkeys(["RAW_REPLY_LIMIT", "extract_json_object"], "contract"),
     **dict.fromkeys(["PROMPT_VERSION", "SYSTEM_PROMPT", "build_messages"], "prompt"),

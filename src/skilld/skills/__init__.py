@@ -24,7 +24,10 @@ _EXPORTS = {
     **dict.fromkeys(["ARCHIVE_DIR", "SKILL_FILE", "find_skill_file"], "layout"),
     **dict.fromkeys(["FileFacts", "SkillEntry"], "discovery"),
     **dict.fromkeys(["Library"], "library"),
-    **dict.fromkeys(["Origin", "Refused", "Unchanged", "WriteFailed", "Written"], "outcomes"),
+    **dict.fromkeys(["HistoryVersion"], "history"),
+    **dict.fromkeys(
+        ["Origin", "Refused", "Unchanged", "WriteFailed", "WriteOutcome", "Written"], "outcomes"
+    ),
     **dict.fromkeys(["BUNDLED_MANIFEST", "HUB_LOCK"], "ownership"),
     **dict.fromkeys(["SharedFile", "SkillChange", "TeamTree", "WrittenFile"], "team_tree"),
     **dict.fromkeys(["break_shell_triggers"], "trigger_repair"),

@@ -54,6 +54,8 @@ from skilld.web.security import (
 #: Changes made through the panel are attributed to "panel" in the event log.
 PANEL = Origin(source="panel")
 PAGE_SIZE = 50
+#: `/api/events` without a `limit`: the newest 100.
+API_EVENTS = 100
 #: The live events view asks the log for new events this often (never more often).
 LIVE_POLL_SECONDS = 1.0
 SKILL_ACTIONS = ("pin", "unpin", "archive", "restore", "rollback", "delete")
@@ -487,11 +489,15 @@ class Panel:
         return JSON(await self.with_app(reports.status_report))
 
     async def api_skills(self, request: Request) -> Response:
-        library = request.query_params.get("library")
+        """`skills list --json`, or the page of it `offset` and `limit` give (default: all)."""
+        query = request.query_params
         try:
-            return JSON(await self.with_app(lambda app: reports.skill_rows(app, library)))
+            offset = reports.count_option(query.get("offset"), "offset") or 0
+            limit = reports.count_option(query.get("limit"), "limit")
+            rows = await self.with_app(lambda app: reports.skill_rows(app, query.get("library")))
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
+        return JSON(rows[offset : None if limit is None else offset + limit])
 
     async def api_skill(self, request: Request) -> Response:
         library, name = request.path_params["library"], request.path_params["name"]
@@ -501,14 +507,25 @@ class Panel:
             return JSON({"error": str(exc)}, 404)
 
     async def api_events(self, request: Request) -> Response:
+        """The newest `limit` (default `API_EVENTS`) events matching the filters of `skilld
+        events`, newest first, older than the event `before` when given: the last one's id
+        asks for the next page."""
         filters = _event_filters(request)
+        query = request.query_params
         try:
-            limit = _whole_number(request.query_params.get("limit"), "--limit")
-            return JSON(
-                await self.with_app(lambda app: reports.event_rows(app, **filters, limit=limit))
+            limit = reports.count_option(query.get("limit"), "limit")
+            before = reports.count_option(query.get("before"), "before")
+            events, _ = await self.with_app(
+                lambda app: reports.event_page(
+                    app, **filters, before=before, size=API_EVENTS if limit is None else limit
+                )
             )
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
+        return JSON(events)
+
+    async def api_unknown(self, request: Request) -> Response:
+        return JSON({"error": f"no API path {request.url.path}"}, 404)
 
     async def api_review(self, request: Request) -> Response:
         return JSON(await self.with_app(reports.review_items))
@@ -551,17 +568,6 @@ def _int(value: str | None, default: int) -> int:
         return max(0, int(value)) if value else default
     except ValueError:
         return default
-
-
-def _whole_number(value: str | None, name: str) -> int | None:
-    """A query's number as the CLI's `type=int` reads it (None when absent). Raises UsageError
-    naming it."""
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"{name}: not a whole number: {value!r}") from None
 
 
 def _event_filters(request: Request) -> dict[str, Any]:
@@ -634,6 +640,7 @@ def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starle
         Route("/api/skills/{library:path}/{name}", panel.api_skill),
         Route("/api/events", panel.api_events),
         Route("/api/review", panel.api_review),
+        Route("/api/{rest:path}", panel.api_unknown, methods=["GET", "HEAD", "POST"]),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
     app = Starlette(
