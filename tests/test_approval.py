@@ -185,3 +185,39 @@ def test_rollback_refuses_a_number_that_is_no_saved_version(
     assert (
         workspace.cli("skills", "rollback", "deploy", "--version", first["version"]).returncode == 0
     )
+
+
+# -- the effect chart: every use on the day it happened ----------------------------------------
+
+
+def skill_call(name: str, at: str) -> list[dict[str, Any]]:
+    """A session that loads skill `name` with the `skill` tool at `at` (its messages' time)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "skill", "arguments": ""}}
+    call["function"]["arguments"] = json.dumps({"name": name})
+    return [
+        {"role": "user", "content": "deploy it", "timestamp": at},
+        {"role": "assistant", "content": "", "tool_calls": [call], "timestamp": at},
+        {"role": "tool", "tool_call_id": "c1", "content": "loaded", "timestamp": at},
+        {"role": "assistant", "content": "Deployed.", "timestamp": at},
+    ]
+
+
+def test_uses_from_the_cli_and_transcripts_are_one_series_dated_when_they_happened(
+    workspace: Workspace,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    workspace.write_config()
+    workspace.cli_here("skills", "write", "deploy", "--description", "Deploy.", "--content", "Go.")
+    shown = cli_json(workspace, "skills", "show", "deploy", "--json")["effect"]
+    assert (shown["uses"], shown["uses_by_day"]) == (0, {})
+    assert workspace.cli("usage", "use", "deploy").returncode == 0  # what a hook runs
+    three_days_ago = datetime.now(UTC) - timedelta(days=3)
+    workspace.add_session("old", skill_call("deploy", three_days_ago.isoformat()))
+    assert workspace.cli("once").returncode == 0  # read today, used three days ago
+    effect = cli_json(workspace, "skills", "show", "deploy", "--json")["effect"]
+    today = datetime.now(UTC).date().isoformat()
+    assert effect["uses"] == 2
+    assert effect["uses_by_day"] == {three_days_ago.date().isoformat(): 1, today: 1}
+    (session,) = effect["sessions"]
+    assert session["last_at"] == three_days_ago.isoformat(timespec="seconds")

@@ -637,7 +637,8 @@ def test_claude_code_normalises_a_session(tmp_path: Path) -> None:
     assert read.messages[2].tool_call_id == "toolu_1"
     # The Skill call is visible in messages (skill_signals counts it there); the attachment
     # adds only the skill not already counted.
-    assert read.signals == [SkillSignal("deploy-notes", "use")]
+    # Dated when the session used it (the attachment record's time), not when it was read.
+    assert read.signals == [SkillSignal("deploy-notes", "use", at="2026-01-20T11:57:18.000Z")]
     assert read.cwd == "/home/dev/shop"
     assert read.skipped_lines == 0
     assert read.messages[0].timestamp == "2026-01-20T11:57:18.000Z"
@@ -653,7 +654,7 @@ def test_claude_code_joins_results_and_remembers_skills_across_reads(tmp_path: P
     write_lines(session, CLAUDE_SESSION[7:], mode="a")
     read = only_read(store.scan())
     assert read.messages[0].tool_name == "Read"
-    assert read.signals == [SkillSignal("deploy-notes", "use")]
+    assert read.signals == [SkillSignal("deploy-notes", "use", at="2026-01-20T11:57:18.000Z")]
 
     # A compaction re-injects the same skills: they are not counted again.
     write_lines(session, [CLAUDE_SESSION[12]], mode="a")
@@ -826,7 +827,7 @@ def test_codex_normalises_and_joins_call_outputs_across_reads(tmp_path: Path) ->
         ("assistant", "Let me look.", ("shell",), None),
     ]
     assert first.messages[1].tool_calls[0].call_id == "call_1"
-    assert first.signals == [SkillSignal("release-notes", "use")]
+    assert first.signals == [SkillSignal("release-notes", "use", at="2025-10-29T00:59:38.317Z")]
     assert first.cursor["state"] == {"calls": {"call_1": "shell"}, "cwd": "/work/x"}
     assert first.cwd == "/work/x"
 

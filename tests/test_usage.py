@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from skilld.skills.usage import (
     CORRUPT_PREFIX,
+    DAYS_KEPT,
     LOCK_FILE,
     TEMP_FILE,
     UsageStore,
@@ -140,7 +141,8 @@ def test_activity_count_sums_counters_and_tolerates_junk() -> None:
 def test_apply_bump_counts_and_never_moves_a_timestamp_back() -> None:
     records: dict[str, Any] = {"junk": {"use_count": "x", "last_used_at": "never"}}
     apply_bump(records, "alpha", "use", T0)
-    assert set(records["alpha"]) == HERMES_FIELDS
+    assert set(records["alpha"]) == HERMES_FIELDS | {"uses_by_day"}
+    assert records["alpha"]["uses_by_day"] == {T0.date().isoformat(): 1}
     assert (records["alpha"]["use_count"], records["alpha"]["created_at"]) == (
         1,
         format_timestamp(T0),
@@ -153,6 +155,18 @@ def test_apply_bump_counts_and_never_moves_a_timestamp_back() -> None:
         1,
         format_timestamp(T0),
     )
+
+
+def test_a_use_counts_on_its_day_and_a_record_keeps_the_newest_days() -> None:
+    records: dict[str, Any] = {"alpha": {"use_count": 5, "uses_by_day": {"x": "junk"}}}
+    for back in range(DAYS_KEPT + 5):
+        apply_bump(records, "alpha", "use", T0 - timedelta(days=back))
+    apply_bump(records, "alpha", "use", T0)
+    days = records["alpha"]["uses_by_day"]
+    assert len(days) == DAYS_KEPT and days[T0.date().isoformat()] == 2
+    assert min(days) == (T0 - timedelta(days=DAYS_KEPT - 1)).date().isoformat()
+    apply_bump(records, "alpha", "view", T0)
+    assert records["alpha"]["uses_by_day"] == days  # a view is no use
 
 
 # -- bumps -------------------------------------------------------------------------------------
@@ -172,7 +186,8 @@ def test_every_bump_is_in_the_file_when_it_returns(
     assert (alpha["use_count"], alpha["view_count"], alpha["patch_count"]) == (2, 1, 0)
     assert alpha["last_used_at"] == "2026-03-01T12:00:00.500000+00:00"
     assert alpha["created_at"] == "2026-03-01T12:00:00.000000+00:00"
-    assert set(alpha) == HERMES_FIELDS
+    assert set(alpha) == HERMES_FIELDS | {"uses_by_day"}
+    assert alpha["uses_by_day"] == {"2026-03-01": 2}
     assert must_get(store, "beta")["patch_count"] == 1
     assert store.get("gamma") is None
     assert sorted(p.name for p in tmp_path.iterdir()) == [".usage.json", LOCK_FILE]

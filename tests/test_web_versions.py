@@ -137,3 +137,33 @@ def test_the_api_pages_events_and_skills(workspace: Workspace) -> None:
             assert missing.status_code == 404, unknown
             assert missing.json() == {"error": f"no API path {unknown}"}
         assert "error" in panel.get("/api/skills/default/s1/extra").json()
+
+
+# -- the effect chart ------------------------------------------------------------------------
+
+
+def test_the_chart_shows_each_use_on_its_day_and_says_when_there_is_none(
+    workspace: Workspace,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tests.test_approval import skill_call
+
+    workspace.write_config()
+    for name in ("deploy", "triage"):
+        workspace.cli_here("skills", "write", name, "--description", "D.", "--content", "Go.")
+    assert workspace.cli("usage", "use", "deploy").returncode == 0
+    assert workspace.cli("usage", "use", "deploy").returncode == 0
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    workspace.add_session("old", skill_call("deploy", two_days_ago.isoformat()))
+    assert workspace.cli("once").returncode == 0
+    with client_for(workspace) as panel:
+        used = panel.get("/skills/default/deploy").text
+        unused = panel.get("/skills/default/triage").text
+    today = datetime.now(UTC).date().isoformat()
+    bars = dict(re.findall(r"<title>(\d{4}-\d\d-\d\d): (\d+)</title>", used))
+    assert len(bars) == 30 and bars[today] == "2"
+    assert bars[two_days_ago.date().isoformat()] == "1"
+    assert sum(map(int, bars.values())) == 3 and "Used 3 times" in used
+    assert "no uses yet" not in used
+    assert "no uses yet" in unused and "<svg" not in unused.split('id="effect"')[1]

@@ -167,12 +167,13 @@ def effect(
     record: Mapping[str, Any] | None = None,
     on_disk: str | None = None,
 ) -> dict[str, Any]:
-    """What the library knows of a skill's effect: uses, the sessions that used it, and each
+    """What the library knows of a skill's effect: uses (in all, and per UTC day when each
+    happened, `uses_by_day`, whoever counted it), the sessions that used it, and each
     version v1…vN with the reason given for it and where it was learned (`git`, null when
     unknown); `current` is the version whose text is on disk (`on_disk`: its sha256, when
     known; see `skilld.versions`). `record` is the skill's usage record, when the caller has
     read the library's already (the sidecar is the costly read)."""
-    from skilld.skills.usage import latest_activity_at
+    from skilld.skills.usage import latest_activity_at, uses_by_day
     from skilld.versions import VERSION_KINDS, current_version, numbered_versions
 
     if record is None:
@@ -189,6 +190,7 @@ def effect(
         "last_used_at": record.get("last_used_at"),
         "last_activity_at": latest.isoformat(timespec="seconds") if latest else None,
         "sessions": [{"session": s, "uses": n, "last_at": at} for s, n, at in sessions],
+        "uses_by_day": uses_by_day(record),
         "versions": versions,
         "current": current_version(versions, on_disk),
     }

@@ -80,6 +80,7 @@ from skilld.skills.library import (
     Library,
     SkillEntry,
 )
+from skilld.skills.usage import parse_timestamp
 from skilld.state import Held, KeptProposal, SessionState, utc_now_iso
 from skilld.transcripts.model import Message, SkillSignal
 from skilld.transcripts.normalise import cut_text
@@ -294,8 +295,11 @@ class Evolver:
         """Bump each signal in the library that holds its skill: the one whose file was read,
         else the session's project library when the name is there, else its user library.
         Names no library holds are not skills."""
-        bumps: dict[str, tuple[Library, list[tuple[str, str]]]] = {}
+        bumps: dict[str, tuple[Library, list[tuple[str, str, datetime | None]]]] = {}
         uses: dict[str, Counter[tuple[str, str]]] = {}
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        #: When each (skill, session) last used it: the transcript's time, not the reading's.
+        last_use: dict[tuple[str, str], datetime] = {}
         names = {entry.name for entry in self._listing(user) if entry.root == user.root}
         for signal, session, cwd in signals:
             target: Library | None = None
@@ -309,14 +313,20 @@ class Evolver:
                     target = user
             if target is None or target.entry(signal.name) is None:
                 continue
-            bumps.setdefault(target.name, (target, []))[1].append((signal.name, signal.kind))
+            at = used_at(signal.at, now)
+            bumps.setdefault(target.name, (target, []))[1].append((signal.name, signal.kind, at))
             if signal.kind == "use":
                 uses.setdefault(target.name, Counter())[(signal.name, session)] += 1
-        at = datetime.fromtimestamp(self.clock(), UTC).isoformat(timespec="seconds")
+                key = (signal.name, session)
+                last_use[key] = max(at, last_use.get(key, at))
         for name, (library, batch) in bumps.items():
-            library.usage.bump_many(batch)
+            library.usage.bump_dated(batch)
             if name in uses:
-                self.app.state.record_uses(name, uses[name], at)
+                self.app.state.record_uses(
+                    name,
+                    uses[name],
+                    {key: utc_iso(moment) for key, moment in last_use.items()},
+                )
 
     # -- gate and reflect ----------------------------------------------------------------------
 
@@ -778,6 +788,17 @@ class Evolver:
             known=[current.name],
             merge=True,
         )
+
+
+def used_at(written: str | None, now: datetime) -> datetime:
+    """When a transcript says a skill was used: its message's time, else (none, unreadable,
+    or still to come) `now`."""
+    moment = parse_timestamp(written)
+    return moment if moment is not None and moment <= now else now
+
+
+def utc_iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _git_json(git: GitContext | None) -> dict[str, str | None] | None:

@@ -61,6 +61,7 @@ _EXPORTS = {
             "new_record",
             "parse_timestamp",
             "report_row",
+            "uses_by_day",
         ],
         "usage",
     ),

@@ -53,6 +53,12 @@ BUMP_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "patch": ("patch_count", "last_patched_at"),
 }
 ACTIVITY_FIELDS: Final = ("last_used_at", "last_viewed_at", "last_patched_at")
+#: A record's uses per UTC day, {"2026-12-01": 3}: each use on the day it happened (a
+#: transcript's use on its message's day), whoever counted it. skilld's own key (Hermes keeps
+#: unknown keys; `use_count` stays the total).
+USES_BY_DAY: Final = "uses_by_day"
+#: How many days of uses a record keeps (the newest ones).
+DAYS_KEPT: Final = 30
 COUNT_FIELDS: Final = ("use_count", "view_count", "patch_count")
 #: A decoded object with one of these keys is taken for a usage record when salvaging.
 _RECORD_MARKERS: Final = frozenset(
@@ -153,7 +159,8 @@ def report_row(name: str, record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def apply_bump(records: dict[str, Record], name: str, kind: str, at: datetime) -> None:
-    """Count one bump in `records` in place, creating the record if the skill has none.
+    """Count one bump in `records` in place, creating the record if the skill has none; a use
+    is also counted on its UTC day (`USES_BY_DAY`).
 
     The timestamp only moves forward: a writer whose clock lags (Hermes on another host of a
     shared dir) does not pull `last_*_at` back.
@@ -166,6 +173,33 @@ def apply_bump(records: dict[str, Record], name: str, kind: str, at: datetime) -
     current = parse_timestamp(record.get(at_key))
     if current is None or at > current:
         record[at_key] = format_timestamp(at)
+    if kind == "use":
+        record[USES_BY_DAY] = count_on_day(record.get(USES_BY_DAY), at)
+
+
+def count_on_day(days: object, at: datetime) -> dict[str, int]:
+    """`days` (a record's `USES_BY_DAY`) with one more use on `at`'s UTC day, keeping the
+    newest `DAYS_KEPT` days (the sidecar stays small, however long a skill lives)."""
+    counts = {
+        day: count
+        for day, count in (days.items() if isinstance(days, dict) else ())
+        if isinstance(day, str) and isinstance(count, int) and not isinstance(count, bool)
+    }
+    day = at.astimezone(UTC).date().isoformat()
+    counts[day] = counts.get(day, 0) + 1
+    return dict(sorted(counts.items())[-DAYS_KEPT:])
+
+
+def uses_by_day(record: Mapping[str, Any]) -> dict[str, int]:
+    """A record's uses per UTC day (`YYYY-MM-DD`), as far as they were counted by day."""
+    days = record.get(USES_BY_DAY)
+    if not isinstance(days, dict):
+        return {}
+    return {
+        day: count
+        for day, count in sorted(days.items())
+        if isinstance(day, str) and isinstance(count, int) and not isinstance(count, bool)
+    }
 
 
 # -- decoding and encoding `.usage.json` -------------------------------------------------------
@@ -307,13 +341,18 @@ class UsageStore:
 
     def bump_many(self, bumps: Iterable[tuple[str, str]]) -> None:
         """Record a batch, all stamped now, in one locked read-modify-write."""
-        checked = [_checked_bump(name, kind) for name, kind in bumps]
+        self.bump_dated([(name, kind, None) for name, kind in bumps])
+
+    def bump_dated(self, bumps: Iterable[tuple[str, str, datetime | None]]) -> None:
+        """Record a batch, each stamped when it happened (None, or a time still to come:
+        now), in one locked read-modify-write."""
+        checked = [(*_checked_bump(name, kind), at) for name, kind, at in bumps]
         if not checked:
             return
         now = self._clock()
         with self._rewrite(skip_if_unchanged=False) as records:
-            for name, kind in checked:
-                apply_bump(records, name, kind, now)
+            for name, kind, at in checked:
+                apply_bump(records, name, kind, now if at is None or at > now else at)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[dict[str, Record]]:

@@ -142,7 +142,7 @@ class _Reader:
         elif record_type == "user":
             self._user(record)
         elif record_type == "attachment":
-            self._attachment(record.get("attachment"))
+            self._attachment(record.get("attachment"), iso_timestamp(record.get("timestamp")))
 
     def finish(self) -> ParsedLines:
         state: dict[str, Any] = {}
@@ -229,14 +229,14 @@ class _Reader:
             timestamp=timestamp,
         )
 
-    def _attachment(self, attachment: Any) -> None:
+    def _attachment(self, attachment: Any, timestamp: str | None) -> None:
         if not isinstance(attachment, dict) or attachment.get("type") != "invoked_skills":
             return
         skills = attachment.get("skills")
         for skill in skills if isinstance(skills, list) else ():
             name = string_or_none(skill.get("name")) if isinstance(skill, dict) else None
             if name is not None and name not in self.counted_skills:
-                self.parsed.signals.append(SkillSignal(name, "use"))
+                self.parsed.signals.append(SkillSignal(name, "use", at=timestamp))
                 self._remember_skill(name)
 
     def _append(self, message: Message) -> None:

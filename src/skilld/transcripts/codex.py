@@ -207,7 +207,7 @@ class CodexSource(LineFileSource):
         if opening.startswith(SKILL_INJECTION_PREFIX):
             name = _SKILL_NAME.search(opening)
             if name is not None:
-                parsed.signals.append(SkillSignal(name.group(1), "use"))
+                parsed.signals.append(SkillSignal(name.group(1), "use", at=timestamp))
             return None
         if opening.lower().startswith(HARNESS_USER_PREFIXES):
             return None

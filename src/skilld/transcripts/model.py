@@ -52,6 +52,8 @@ class SkillSignal(NamedTuple):
     #: Set when the signal is a read of `<skills_dir>/<name>/SKILL.md` or `<name>.md`: the
     #: library it belongs to (the dir as given to `skill_signals`).
     skills_dir: str | None = None
+    #: When the session used it, as the transcript wrote it (its message's timestamp).
+    at: str | None = None
 
 
 class SessionRead(NamedTuple):

@@ -65,7 +65,7 @@ def skill_signals(read: SessionRead, skills_dirs: Sequence[Path]) -> list[SkillS
         for call in message.tool_calls:
             signal = _call_signal(call, read_patterns)
             if signal is not None:
-                signals.append(signal)
+                signals.append(signal._replace(at=message.timestamp))
     return signals
 
 

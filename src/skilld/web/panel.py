@@ -258,6 +258,7 @@ class Panel:
                         old, new, before_name=_named(before), after_name=_named(after)
                     )
             frontmatter, body = split_frontmatter(text)
+            daily = _last_days(effect["uses_by_day"])
             return {
                 "report": report,
                 "pinned": record.get("pinned") is True,
@@ -270,7 +271,9 @@ class Panel:
                 ),
                 "current": current,
                 "diff": diff,
-                "chart": bar_chart(_uses_by_day(effect["sessions"]), title="Uses by day"),
+                "chart": bar_chart(daily, title="Uses by day"),
+                "charted": sum(count for _, count in daily),
+                "undated": max(0, effect["uses"] - sum(effect["uses_by_day"].values())),
                 "archived": entry is None,
             }
 
@@ -599,16 +602,13 @@ def event_cells(event: dict[str, Any]) -> list[object]:
     ]
 
 
-def _uses_by_day(sessions: list[dict[str, Any]], days: int = 30) -> list[tuple[str, float]]:
-    """Uses over the last `days` days, each session's uses counted on the day of its last use
-    (what the log of uses keeps)."""
+def _last_days(uses_by_day: dict[str, int], days: int = 30) -> list[tuple[str, float]]:
+    """Uses on each of the last `days` UTC days, each on the day it happened."""
     today = datetime.now(UTC).date()
-    counts = {(today - timedelta(days=n)).isoformat(): 0.0 for n in range(days - 1, -1, -1)}
-    for session in sessions:
-        day = str(session["last_at"] or "")[:10]
-        if day in counts:
-            counts[day] += session["uses"]
-    return list(counts.items())
+    return [
+        (day, float(uses_by_day.get(day, 0)))
+        for day in ((today - timedelta(days=n)).isoformat() for n in range(days - 1, -1, -1))
+    ]
 
 
 def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starlette:
