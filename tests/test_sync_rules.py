@@ -164,6 +164,17 @@ def test_a_host_publishes_only_its_counters() -> None:
     assert render_host_usage("laptop", records) == data
 
 
+def test_the_team_s_uses_by_day_are_the_sum_over_its_hosts() -> None:
+    local = {"deploy": {"use_count": 2, "uses_by_day": {"2025-01-01": 2}}}
+    laptop = {"deploy": {"use_count": 1, "uses_by_day": {"2025-01-01": 1}}}
+    desktop = {"deploy": {"use_count": 4, "uses_by_day": {"2025-01-02": 3, "bad": "x"}}}
+    published = parse_host_usage(render_host_usage("desktop", desktop))
+    assert published["deploy"]["uses_by_day"] == {"2025-01-02": 3}
+    team = sum_usage(local, [laptop, published])
+    assert team["deploy"]["uses_by_day"] == {"2025-01-01": 3, "2025-01-02": 3}
+    assert local["deploy"]["uses_by_day"] == {"2025-01-01": 2}
+
+
 def test_gitignore_keeps_a_persons_lines_and_holds_one_current_block() -> None:
     once = gitignore_text("*.bak\n")
     assert once.startswith("*.bak\n")

@@ -54,6 +54,7 @@ _EXPORTS = {
             "State",
             "TEMP_FILE",
             "USAGE_FILE",
+            "USES_BY_DAY",
             "UsageStore",
             "count_of",
             "format_timestamp",

@@ -25,7 +25,15 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from skilld.skills.usage import ACTIVITY_FIELDS, COUNT_FIELDS, Record, count_of, parse_timestamp
+from skilld.skills.usage import (
+    ACTIVITY_FIELDS,
+    COUNT_FIELDS,
+    USES_BY_DAY,
+    Record,
+    count_of,
+    parse_timestamp,
+    uses_by_day,
+)
 
 Counters = dict[str, dict[str, Any]]
 
@@ -40,6 +48,7 @@ def published_counters(records: Mapping[str, Mapping[str, Any]]) -> Counters:
         name: {
             **{key: count_of(record, key) for key in COUNT_FIELDS},
             **{key: _timestamp_or_none(record.get(key)) for key in ACTIVITY_FIELDS},
+            **({USES_BY_DAY: days} if (days := uses_by_day(record)) else {}),
         }
         for name, record in records.items()
     }
@@ -82,6 +91,11 @@ def sum_usage(
                 mine[key] = count_of(mine, key) + count_of(theirs, key)
             for key in ACTIVITY_FIELDS:
                 mine[key] = _newest(mine.get(key), theirs.get(key))
+            if their_days := uses_by_day(theirs):
+                days = uses_by_day(mine)
+                for day, count in their_days.items():
+                    days[day] = days.get(day, 0) + count
+                mine[USES_BY_DAY] = days
     return team
 
 
