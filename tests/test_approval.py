@@ -180,8 +180,11 @@ def test_rollback_refuses_a_number_that_is_no_saved_version(
     for version, why in (("9", "no version v9"), ("3", "the text on disk now")):
         result = workspace.cli("skills", "rollback", "deploy", "--version", version)
         assert result.returncode == 1 and why in result.stderr, result.stderr
-    # A snapshot id from `skills history` is still accepted.
-    (first, *_) = cli_json(workspace, "skills", "history", "deploy", "--json")
+    # `skills history` says which version each saved text is; its snapshot ids still work.
+    history = cli_json(workspace, "skills", "history", "deploy", "--json")
+    assert [saved["number"] for saved in history] == [1, 2]
+    assert workspace.cli("skills", "history", "deploy").stdout.startswith("v1 ")
+    first = history[0]
     assert (
         workspace.cli("skills", "rollback", "deploy", "--version", first["version"]).returncode == 0
     )

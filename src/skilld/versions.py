@@ -101,6 +101,23 @@ def snapshot_of(
     return found
 
 
+def numbered_history(
+    library: Library, name: str, entries: Sequence[dict[str, Any]]
+) -> list[tuple[HistoryVersion, int | None]]:
+    """`skills history` with the number of the version each saved text is (the version that
+    first wrote it, not a rollback to it; None for a text the log never saw written)."""
+    from skilld.digest import sha256_hex
+
+    first_written: dict[str, int] = {}
+    for entry in reversed(entries):
+        if entry["sha256"] is not None and entry["event"] != "rolled_back":
+            first_written[entry["sha256"]] = entry["version"]
+    return [
+        (saved, first_written.get(sha256_hex(library.version_bytes(name, saved.version))))
+        for saved in library.history(name)
+    ]
+
+
 def snapshots_by_digest(library: Library, name: str) -> dict[str, HistoryVersion]:
     """Each saved text of `name` by its sha256 (the newest snapshot of a text wins)."""
     from skilld.digest import sha256_hex

@@ -148,26 +148,31 @@ def cmd_skills_restore(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_skills_history(app: App, args: argparse.Namespace) -> int:
+    from skilld.versions import VERSION_KINDS, numbered_history, numbered_versions
+
     library = app.select(args.library, skill=args.name)
-    versions = library.history(args.name)
+    events = app.state.events(kinds=VERSION_KINDS, skill=args.name, library=library.name)
+    saved = numbered_history(library, args.name, numbered_versions(events))
     if args.json:
         print_json_line(
             [
                 {
                     "version": v.version,
+                    "number": number,
                     "saved_at": v.saved_at,
                     "path": str(v.path) if v.path else None,
                     "commit": v.commit,
                     "subject": v.subject or None,
                 }
-                for v in versions
+                for v, number in saved
             ]
         )
-    elif not versions:
+    elif not saved:
         print(f"{args.name} has no saved versions")
-    for version in versions if not args.json else ():
+    for version, number in saved if not args.json else ():
         where = version.path if version.path else f"git: {version.subject}"
-        print(f"{version.version}  {version.saved_at}  {where}")
+        label = f"v{number}" if number is not None else "-"
+        print(f"{label:<5} {version.version}  {version.saved_at}  {where}")
     return 0
 
 
