@@ -306,10 +306,14 @@ def test_skill_tool_calls_stay_tool_calls_and_signal_once(root: Path) -> None:
     )
     read = only_read(DshSource(root).scan({}))
     assert not read.signals  # the calls are in the messages: skill_signals counts them there
-    assert skill_signals(read, []) == [
+    signals = skill_signals(read, [])
+    assert [signal._replace(at=None) for signal in signals] == [
         SkillSignal("pdf-tools", "use"),
         SkillSignal("release-notes", "use"),
     ]
+    # Each dated when its call was made (the message's time), not when it was read.
+    called_at = [m.timestamp for m in read.messages for c in m.tool_calls if c.name == "skill"]
+    assert [signal.at for signal in signals] == called_at and None not in called_at
 
 
 def test_a_turn_that_ends_without_a_final_answer_is_closed(root: Path) -> None:
