@@ -189,6 +189,12 @@ CASES: list[tuple[str, Candidate, Facts, Decision]] = [
         Refuse("protected", "deploy-staging is pinned"),
     ),
     (
+        "a proposal for a pinned skill is refused, not staged: it could never be approved",
+        candidate(CHANGED),
+        facts(existing=existing(protection="deploy-staging is pinned"), review_mode=True),
+        Refuse("protected", "deploy-staging is pinned: not staged for review (review mode)"),
+    ),
+    (
         "a person's skill is not changed",
         candidate(CHANGED),
         facts(existing=existing(protection="deploy-staging is owned by human, not skilld")),
