@@ -15,7 +15,8 @@ from skilld.errors import Failure, UsageError
 if TYPE_CHECKING:
     from skilld.app import App
     from skilld.evolve.review import Staged
-    from skilld.skills.library import Library, Origin, Unchanged, WriteOutcome, Written
+    from skilld.skills.library import Library
+    from skilld.skills.outcomes import Origin, Unchanged, WriteOutcome, Written
 
 
 def staged_proposal(app: App, name: str, library: str | None = None) -> tuple[Path, Staged]:
@@ -47,7 +48,7 @@ def approve(app: App, name: str, origin: Origin, library: str | None = None) -> 
     session, window, model and reason; `approved_by` (its event's detail) is `origin.source`.
     """
     from skilld.evolve.approval import approved_text
-    from skilld.skills.library import Unchanged
+    from skilld.skills.outcomes import Unchanged
 
     file, item = staged_proposal(app, name, library)
     target = staged_library(app, item.library, item.project_root)
@@ -78,7 +79,7 @@ def approve(app: App, name: str, origin: Origin, library: str | None = None) -> 
 def proposal_origin(item: Staged) -> Origin:
     """Who taught the staged proposal: its session, window, model and where it worked."""
     from skilld.gitinfo import from_json
-    from skilld.skills.library import Origin
+    from skilld.skills.outcomes import Origin
 
     taught = item.origin
     return Origin(
@@ -95,7 +96,7 @@ def proposal_origin(item: Staged) -> Origin:
 def refused_or_written(outcome: WriteOutcome) -> Written | Unchanged:
     """A write's outcome, or the error a refused or failed write raises (as `Library.apply`)."""
     from skilld.errors import CapReached, LibraryError, Protected
-    from skilld.skills.library import Refused, WriteFailed
+    from skilld.skills.outcomes import Refused, WriteFailed
 
     if isinstance(outcome, Refused):
         error = {"protected": Protected, "cap": CapReached}.get(outcome.kind, LibraryError)

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from skilld.errors import NotFound
 
 if TYPE_CHECKING:
-    from skilld.skills.library import HistoryVersion, Library
+    from skilld.skills.history import HistoryVersion
+    from skilld.skills.library import Library
     from skilld.state import Event
 
 #: The events that each wrote a new text of a skill: one version each.
