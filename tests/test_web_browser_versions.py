@@ -9,12 +9,23 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from playwright.sync_api import Page, expect
+import pytest
+from playwright.sync_api import Browser, Page, expect
 
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, skill_reply
 from tests.test_approval import BOTH_STEPS, MERGED_STEPS, learn, publish, staged_after_merge
-from tests.test_web_browser import browser, page  # noqa: F401 (fixtures; skips without chromium)
+from tests.test_web_browser import browser  # noqa: F401 (a fixture; skips without chromium)
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:  # noqa: F811
+    """A fresh tab; each test logs in by opening the URL its own `skilld web` printed."""
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.set_default_timeout(15_000)
+    yield tab
+    context.close()
 
 
 @contextmanager
@@ -44,7 +55,7 @@ def click_and_wait(tab: Page, button: str) -> None:
 def test_approve_after_a_merge_keeps_the_merged_step(
     workspace: Workspace,
     fake_llm: FakeLLM,
-    page: Page,  # noqa: F811
+    page: Page,
 ) -> None:
     staged_after_merge(workspace, fake_llm)
     with served(workspace) as url:
@@ -67,7 +78,7 @@ def test_approve_after_a_merge_keeps_the_merged_step(
 def test_a_rollback_shows_the_restored_version_and_labels_versions_by_number(
     workspace: Workspace,
     fake_llm: FakeLLM,
-    page: Page,  # noqa: F811
+    page: Page,
 ) -> None:
     workspace.llm_url = fake_llm.base_url
     publish(workspace, "auto")
