@@ -699,3 +699,13 @@ def test_a_hermes_writer_and_skilld_together_lose_no_update(tmp_path: Path) -> N
     on_disk = read_file(tmp_path / "skills")  # what Hermes reads
     assert on_disk["shared"]["use_count"] == 60 + skilld_bumps
     assert on_disk["shared-own"]["view_count"] == skilld_bumps
+
+
+def test_a_transcript_use_happened_at_its_message_time_never_in_the_future() -> None:
+    from skilld.skills.usage import happened_at
+
+    earlier = T0 - timedelta(days=3)
+    assert happened_at(earlier.isoformat(), T0) == earlier
+    assert happened_at("2026-02-26T12:00:00Z", T0) == datetime(2026, 2, 26, 12, tzinfo=UTC)
+    for written in (None, "", "yesterday", (T0 + timedelta(hours=1)).isoformat()):
+        assert happened_at(written, T0) == T0

@@ -63,6 +63,7 @@ from skilld.evolve.report import (
     add_daily_spend,
 )
 from skilld.evolve.review import ReviewQueue
+from skilld.evolve.settlement import candidate_of
 from skilld.evolve.settler import Settler
 from skilld.evolve.window import (
     delimit,
@@ -80,7 +81,7 @@ from skilld.skills.library import (
     Library,
     SkillEntry,
 )
-from skilld.skills.usage import parse_timestamp
+from skilld.skills.usage import happened_at
 from skilld.state import Held, KeptProposal, SessionState, utc_now_iso
 from skilld.transcripts.model import Message, SkillSignal
 from skilld.transcripts.normalise import cut_text
@@ -313,7 +314,7 @@ class Evolver:
                     target = user
             if target is None or target.entry(signal.name) is None:
                 continue
-            at = used_at(signal.at, now)
+            at = happened_at(signal.at, now)
             bumps.setdefault(target.name, (target, []))[1].append((signal.name, signal.kind, at))
             if signal.kind == "use":
                 uses.setdefault(target.name, Counter())[(signal.name, session)] += 1
@@ -325,7 +326,10 @@ class Evolver:
                 self.app.state.record_uses(
                     name,
                     uses[name],
-                    {key: utc_iso(moment) for key, moment in last_use.items()},
+                    {
+                        key: m.astimezone(UTC).isoformat(timespec="seconds")
+                        for key, m in last_use.items()
+                    },
                 )
 
     # -- gate and reflect ----------------------------------------------------------------------
@@ -736,13 +740,7 @@ class Evolver:
     ) -> Verdict:
         """The merge a learned update takes, for a staged proposal a person approves
         (`skilld.evolve.approval`): `kept`'s text merged into the skill's `current` one."""
-        body = kept.body
-        proposed = SkillDoc(
-            name=body["name"],
-            description=body["description"],
-            when_to_use=body.get("when_to_use"),
-            body=body["content"],
-        )
+        proposed = candidate_of(kept.body, None).doc
         return await self._merge(current, proposed, kept, library, report, spend)
 
     async def _merge(
@@ -788,17 +786,6 @@ class Evolver:
             known=[current.name],
             merge=True,
         )
-
-
-def used_at(written: str | None, now: datetime) -> datetime:
-    """When a transcript says a skill was used: its message's time, else (none, unreadable,
-    or still to come) `now`."""
-    moment = parse_timestamp(written)
-    return moment if moment is not None and moment <= now else now
-
-
-def utc_iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _git_json(git: GitContext | None) -> dict[str, str | None] | None:

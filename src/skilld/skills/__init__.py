@@ -58,6 +58,7 @@ _EXPORTS = {
             "UsageStore",
             "count_of",
             "format_timestamp",
+            "happened_at",
             "latest_activity_at",
             "new_record",
             "parse_timestamp",

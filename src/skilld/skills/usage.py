@@ -177,6 +177,13 @@ def apply_bump(records: dict[str, Record], name: str, kind: str, at: datetime) -
         record[USES_BY_DAY] = count_on_day(record.get(USES_BY_DAY), at)
 
 
+def happened_at(written: str | None, now: datetime) -> datetime:
+    """When a use a transcript shows happened: its message's time (`written`), else (none,
+    unreadable, or still to come) `now`."""
+    moment = parse_timestamp(written)
+    return moment if moment is not None and moment <= now else now
+
+
 def count_on_day(days: object, at: datetime) -> dict[str, int]:
     """`days` (a record's `USES_BY_DAY`) with one more use on `at`'s UTC day, keeping the
     newest `DAYS_KEPT` days (the sidecar stays small, however long a skill lives)."""
