@@ -22,7 +22,7 @@ from skilld.evolve._judge import branch_hold
 from skilld.evolve.prompt import session_header
 from skilld.gitinfo import GitContext, completed
 from skilld.reports import learned_on, learned_on_text
-from skilld.state import StateDB
+from skilld.state import SCHEMA_VERSION, StateDB
 from skilld.sync.messages import change_message, trailers
 from skilld.transcripts.registry import build_source
 from tests.conftest import Workspace, git
@@ -150,7 +150,7 @@ def test_a_schema_2_state_db_gains_the_provenance_git_column(tmp_path: Path) -> 
         db.conn.execute("ALTER TABLE provenance DROP COLUMN git")
         db.conn.execute("PRAGMA user_version = 2")
     with StateDB(path) as db:
-        assert db.conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         row = db.provenance("lib", "fix")
         assert row is not None and row.git is None
         db.put_provenance("lib", "fix", path="/s/fix/SKILL.md", sha256="i", git={"branch": "x"})

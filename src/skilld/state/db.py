@@ -22,7 +22,7 @@ from skilld.fsutil import PRIVATE_FILE_MODE, private_dir
 #: How long a writer waits for another's lock before giving up (seconds).
 BUSY_TIMEOUT_SECONDS = 30
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = """
     CREATE TABLE events (
@@ -145,7 +145,49 @@ _V3 = """
     ALTER TABLE provenance ADD COLUMN git TEXT;
 """
 
-_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Version 4: what the transcripts show about each skill's effect (DESIGN.md §13; written and
+# read by skilld.effect.store): sessions, the command heads they ran, failing tool calls, and
+# the skills each session loaded.
+_V4 = """
+    CREATE TABLE IF NOT EXISTS effect_sessions (
+        session    TEXT PRIMARY KEY,
+        source     TEXT NOT NULL,
+        library    TEXT,
+        repository TEXT,
+        first_ts   TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS effect_runs (
+        session  TEXT NOT NULL,
+        command  TEXT NOT NULL,
+        ok       INTEGER NOT NULL DEFAULT 0,
+        failed   INTEGER NOT NULL DEFAULT 0,
+        first_ts TEXT,
+        PRIMARY KEY (session, command)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS effect_failures (
+        id        INTEGER PRIMARY KEY,
+        session   TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        ts        TEXT,
+        tool      TEXT NOT NULL,
+        command   TEXT NOT NULL,
+        signature TEXT NOT NULL,
+        error     TEXT NOT NULL,
+        class     TEXT NOT NULL,
+        exit_code INTEGER,
+        resolved  INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (session, seq)
+    );
+    CREATE INDEX IF NOT EXISTS effect_failures_signature ON effect_failures(signature, session);
+    CREATE TABLE IF NOT EXISTS effect_loads (
+        session TEXT NOT NULL,
+        library TEXT NOT NULL,
+        name    TEXT NOT NULL,
+        PRIMARY KEY (session, library, name)
+    ) WITHOUT ROWID;
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 
 
 def _statements(script: str) -> Iterator[str]:

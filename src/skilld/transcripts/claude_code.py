@@ -15,6 +15,10 @@ counted yet). Every record carries the session's `cwd`: the read reports the las
 record carries `gitBranch` too, which changes when the user switches branches mid-session: each
 message keeps the branch of the record it came from (`recorded`).
 
+A tool result's outcome is its block's `is_error`; a failed `Bash` result's text opens with
+`Exit code N` (then the output), which gives its exit code. A failed call that never ran (a hook
+refused it, the user declined it) has no such banner.
+
 Subagents (`<project>/<session>/subagents/*.jsonl`, and the older `<project>/agent-*.jsonl`) are
 read only with `include_subagents`. Sidechain records inside a main session belong to a
 subagent and are skipped there.
@@ -22,6 +26,7 @@ subagent and are skipped there.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +62,8 @@ SYNTHETIC_MODEL = "<synthetic>"
 #: compaction) are not counted again. Bounded to keep cursors small.
 MAX_REMEMBERED_SKILLS = 256
 SUBAGENTS_DIR = "subagents"
+#: How a failed `Bash` result begins: the command's exit code, then its output.
+_EXIT_BANNER = re.compile(r"^\[error\] Exit code (-?\d+)\s*(\n|$)")
 LEGACY_SUBAGENT_PREFIX = "agent-"
 
 
@@ -219,7 +226,8 @@ class _Reader:
     def _tool_result(self, block: dict[str, Any], timestamp: str | None) -> Message:
         call_id = string_or_none(block.get("tool_use_id"))
         text = content_text(block.get("content"))
-        if block.get("is_error") is True:
+        failed = block.get("is_error") is True
+        if failed:
             text = f"[error] {text}"
         return Message(
             role="tool",
@@ -227,6 +235,8 @@ class _Reader:
             tool_call_id=call_id,
             tool_name=self.calls.pop(call_id, None) if call_id else None,
             timestamp=timestamp,
+            failed=failed,
+            exit_code=_exit_code(text) if failed else None,
         )
 
     def _attachment(self, attachment: Any, timestamp: str | None) -> None:
@@ -273,6 +283,12 @@ def _assistant_content(content: Any) -> tuple[str, tuple[ToolCall, ...]]:
                     )
                 )
     return "\n".join(text for text in texts if text), tuple(calls)
+
+
+def _exit_code(text: str) -> int | None:
+    """The exit code a failed `Bash` result opens with (`Exit code 128`, then the output)."""
+    match = _EXIT_BANNER.match(text)
+    return int(match.group(1)) if match else None
 
 
 def _string_list(value: Any) -> list[str]:

@@ -36,6 +36,11 @@ class Message(NamedTuple):
     #: Where the session worked when this message was written, as the transcript records it
     #: (Claude Code's `gitBranch` on each line, a Codex rollout's `session_meta.git`).
     git: "GitContext | None" = None
+    #: For role "tool": True when the call failed, False when it is known to have succeeded,
+    #: None when the format does not say.
+    failed: bool | None = None
+    #: For role "tool": the exit code of a shell command, where the agent records one.
+    exit_code: int | None = None
 
     @property
     def finishes_turn(self) -> bool:

@@ -1,0 +1,223 @@
+"""A session's tool runs and failures, read from its messages (DESIGN.md §13). Pure.
+
+Every tool result is a *run* of its command head (a chain that succeeded is a run of each of
+its parts); a failed one is also a *failure* with a signature and a class:
+
+- `rejected`: the user declined the call (Claude Code's "The user doesn't want to proceed with
+  this tool use", Codex's "exec command rejected by user" / "aborted by user").
+- `cascade`: a follow-on of an earlier failure of the same turn: the agent says so ("Sibling
+  tool call errored", "Cancelled: parallel tool call ... errored"), or the same command head
+  already failed in this turn (only the first of a burst counts).
+- `test`: a red test run (pytest, jest, vitest, go test, cargo test, npm test, mix test, ...):
+  normal in test-first work.
+- `benign`: an exit status that answers a question rather than reports a failure (`grep`,
+  `diff`, `test`, `[`, `which` ... exiting 1).
+- `hook`: blocked by a hook or a policy (a PreToolUse hook, a pre-commit hook, a sandbox or
+  security policy; a Claude Code `Bash` result without its `Exit code` banner is a hook's
+  refusal: the command never ran).
+- `real`: anything else.
+
+A failure is `resolved` when a later run of the same session ran the same command head
+successfully; `resolve_later` applies that to failures recorded by an earlier read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from skilld.effect.signature import (
+    ERRORISH,
+    command_head,
+    exit_code_of,
+    first_error_line,
+    normalise_error,
+    script_heads,
+    shell_script,
+    signature,
+)
+from skilld.redact import redact
+from skilld.transcripts.model import Message, ToolCall
+
+CLASSES = ("real", "hook", "test", "benign", "rejected", "cascade")
+#: The classes that count for a skill's effect.
+COUNTED_CLASSES = ("real", "hook")
+
+_REJECTED = re.compile(
+    r"the user doesn't want to (proceed|take this action)|rejected by user|aborted by user|"
+    r"user (denied|declined|rejected|refused)|^aborted$|request interrupted by user",
+    re.IGNORECASE | re.MULTILINE,
+)
+_CASCADE = re.compile(
+    r"sibling tool call errored|cancelled: parallel tool call|"
+    r"not executed because a previous|skipped because an earlier",
+    re.IGNORECASE,
+)
+_HOOK = re.compile(
+    r"\bhooks?\b|blocked by (a |the )?(policy|hook|rule|guard)|rejected due to unacceptable risk|"
+    r"sandbox denied|security scan|command blocked|not allowed by (the )?(policy|permission)|"
+    r"permission to use .{1,60} has been denied|denied by (the )?(policy|permission)",
+    re.IGNORECASE,
+)
+_TOOL_USE_ERROR = "<tool_use_error>"
+_CLAUDE_BANNER = re.compile(r"^(\[error\]\s*)?Exit code -?\d+", re.IGNORECASE)
+TEST_HEADS = frozenset(
+    {
+    "pytest", "py.test", "unittest", "nose2", "tox", "nox", "jest", "vitest", "mocha", "ava",
+    "karma", "playwright", "cypress", "rspec", "phpunit", "ctest",
+    }
+) | frozenset(
+    {
+        "go test", "cargo test", "cargo nextest", "npm test", "yarn test", "pnpm test",
+        "bun test", "deno test", "mix test", "make test", "make check", "dotnet test",
+        "gradle test", "gradlew test", "mvn test", "mvn verify", "rake test", "rails test",
+        "rake spec", "swift test", "zig test", "stack test", "cabal test", "dune test",
+        "hatch test",
+    }
+)  # fmt: skip
+#: `uv run` / `poetry run` / `npm run` are tests only when what they run is a test runner.
+_RUNNERS = frozenset({"uv run", "poetry run", "npm run", "yarn run", "pnpm run", "bun run"})
+_RUN_TEST = re.compile(r"\brun\s+(-\S+\s+)*(test|pytest|jest|vitest|mocha|check)\b")
+BENIGN_ON_ONE = frozenset(
+    {"grep", "egrep", "fgrep", "rg", "ag", "ack", "diff", "cmp", "test", "[", "[[", "which",
+     "pgrep", "git diff", "git grep", "git merge-base", "git ls-files", "git show-ref",
+     "command", "type", "comm"}
+)  # fmt: skip
+
+
+class ToolRun(NamedTuple):
+    seq: int  # absolute index of the tool result message in its session
+    ts: str | None  # ISO timestamp of the result when known
+    tool: str
+    command: str  # command head
+    ok: bool  # False when the call failed (any class)
+
+
+class Failure(NamedTuple):
+    seq: int
+    ts: str | None
+    tool: str
+    command: str
+    error: str  # first error line, redacted, normalised
+    signature: str
+    cls: str  # real | hook | test | benign | rejected | cascade
+    exit_code: int | None
+    resolved: bool  # a later call in the session ran the same command head successfully
+
+
+class Extraction(NamedTuple):
+    runs: list[ToolRun]
+    failures: list[Failure]
+
+
+def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = None) -> Extraction:
+    """The runs and failures of `messages`, the session's messages `first_seq ..`.
+
+    A result whose call was read earlier (another read) is named by its tool alone."""
+    calls: dict[str, ToolCall] = {}
+    runs: list[ToolRun] = []
+    failures: list[Failure] = []
+    failed_this_turn: set[str] = set()
+    for offset, message in enumerate(messages):
+        if message.role == "user":
+            failed_this_turn = set()
+            continue
+        if message.role == "assistant":
+            calls.update((c.call_id, c) for c in message.tool_calls if c.call_id is not None)
+            continue
+        if message.role != "tool":
+            continue
+        call = calls.pop(message.tool_call_id, None) if message.tool_call_id else None
+        tool = message.tool_name or (call.name if call is not None else "tool")
+        arguments = call.arguments if call is not None else ""
+        seq = first_seq + offset
+        if message.failed is not True:
+            script = shell_script(arguments)
+            heads = (script_heads(script) if script is not None else []) or [tool]
+            runs += [ToolRun(seq, message.timestamp, tool, head, True) for head in heads]
+            continue
+        failure = _failure(message, seq, tool, arguments, cwd, failed_this_turn)
+        failed_this_turn.add(failure.command)
+        failures.append(failure)
+        runs.append(ToolRun(seq, message.timestamp, tool, failure.command, False))
+    return Extraction(runs, resolve(failures, runs))
+
+
+def resolve(failures: list[Failure], runs: Iterable[ToolRun]) -> list[Failure]:
+    """`failures` with `resolved` set where a later successful run has the same head."""
+    last_ok: dict[str, int] = {}
+    for run in runs:
+        if run.ok and run.seq > last_ok.get(run.command, -(2**62)):
+            last_ok[run.command] = run.seq
+    return [
+        failure._replace(resolved=True)
+        if not failure.resolved and last_ok.get(failure.command, -(2**62)) > failure.seq
+        else failure
+        for failure in failures
+    ]
+
+
+def classify(
+    tool: str, script: str | None, head: str, text: str, exit_code: int | None, repeated: bool
+) -> str:
+    """The class of one failed call (see the module docstring)."""
+    sample = text[:4000]
+    if _REJECTED.search(sample[:600]):
+        return "rejected"
+    if _CASCADE.search(sample[:600]):
+        return "cascade"
+    if _is_test(head, script):
+        return "test"
+    # `grep` exiting 1 found nothing; with an error message it failed.
+    answers = head in BENIGN_ON_ONE or head.split(" ", 1)[0] in BENIGN_ON_ONE
+    if exit_code == 1 and answers and not ERRORISH.search(first_error_line(sample)):
+        return "benign"
+    if repeated:
+        return "cascade"
+    if _HOOK.search(sample[:2000]) or _refused_before_running(tool, script, sample):
+        return "hook"
+    return "real"
+
+
+def _failure(
+    message: Message,
+    seq: int,
+    tool: str,
+    arguments: str,
+    cwd: str | None,
+    failed_this_turn: set[str],
+) -> Failure:
+    text = message.text
+    head = command_head(tool, arguments, text)
+    exit_code = message.exit_code if message.exit_code is not None else exit_code_of(text)
+    script = shell_script(arguments)
+    cls = classify(tool, script, head, text, exit_code, head in failed_this_turn)
+    branch = message.git.branch if message.git is not None else None
+    error = normalise_error(redact(first_error_line(text)).text, cwd, branch)
+    return Failure(
+        seq,
+        message.timestamp,
+        tool,
+        head,
+        error,
+        signature(tool, head, error),
+        cls,
+        exit_code,
+        False,
+    )
+
+
+def _is_test(head: str, script: str | None) -> bool:
+    if head in _RUNNERS:
+        return script is not None and bool(_RUN_TEST.search(script))
+    return head in TEST_HEADS or head.split(" ", 1)[0] in TEST_HEADS
+
+
+def _refused_before_running(tool: str, script: str | None, text: str) -> bool:
+    """A Claude Code `Bash` error without its `Exit code` banner: a hook refused the command
+    before it ran (a tool error such as a timeout says so in `<tool_use_error>`)."""
+    if tool != "Bash" or script is None:
+        return False
+    body = text.lstrip()
+    return not _CLAUDE_BANNER.match(body) and _TOOL_USE_ERROR not in body[:200]

@@ -1,0 +1,473 @@
+"""What a failing tool call *is*, independent of where and when it happened (DESIGN.md §13).
+
+A failure's signature is the tool, the command head and the first error line, normalised:
+
+- The **command head** of a shell call is its program and first sub-command word (`git push`,
+  `mix test`, `npm run`), after what only prepares the command: `cd x &&`, `VAR=1`, `sudo`,
+  `env`, `timeout 30`, a path to the program (`/usr/bin/git` is `git`), `bash -lc "..."` (the
+  script inside is read), `python -m pytest` (the module is the program). A chain
+  (`a && b`, `a; b`, `a | b`) is attributed to the part the error text names (its program or
+  its sub-command word); without such evidence, to its first part. Any other tool's head is
+  its name.
+- The **first error line** skips the agent's banner (Claude Code's `Exit code 128`, Codex's
+  `Chunk ID / Wall time / Process exited with code 1 / Output:` header, `<tool_use_error>`
+  tags, a `[error]` mark) and prefers a line that reads as an error. Normalising it replaces the
+  working directory, paths, URLs, UUIDs, hashes, branch names and numbers by placeholders, so
+  the same failure in another session, checkout or branch reads the same.
+- The signature is the readable triple `tool | command | error` (a person reads it in
+  `skilld failures`, the model reads it in the reflection request), cut to a bounded length.
+
+Everything here is pure and total: hostile text degrades to a shorter head or error, never an
+exception. Input is bounded before any pattern runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator
+
+#: Argument keys that hold a shell command (Claude Code, Codex, Hermes, DeepSeek Harness).
+SHELL_KEYS = ("command", "cmd")
+#: Programs whose first argument is not a sub-command: their head is the program alone.
+PLAIN_PROGRAMS = frozenset(
+    {
+        "cat",
+        "ls",
+        "ll",
+        "la",
+        "head",
+        "tail",
+        "less",
+        "more",
+        "grep",
+        "egrep",
+        "fgrep",
+        "rg",
+        "ag",
+        "ack",
+        "find",
+        "fd",
+        "sed",
+        "awk",
+        "gawk",
+        "sort",
+        "uniq",
+        "wc",
+        "cut",
+        "tr",
+        "tee",
+        "xargs",
+        "cp",
+        "mv",
+        "rm",
+        "rmdir",
+        "mkdir",
+        "touch",
+        "chmod",
+        "chown",
+        "ln",
+        "readlink",
+        "realpath",
+        "basename",
+        "dirname",
+        "stat",
+        "file",
+        "du",
+        "df",
+        "diff",
+        "cmp",
+        "comm",
+        "patch",
+        "test",
+        "[",
+        "[[",
+        "which",
+        "whereis",
+        "type",
+        "echo",
+        "printf",
+        "pwd",
+        "date",
+        "sleep",
+        "kill",
+        "pkill",
+        "pgrep",
+        "ps",
+        "top",
+        "jq",
+        "yq",
+        "curl",
+        "wget",
+        "ssh",
+        "scp",
+        "rsync",
+        "tar",
+        "zip",
+        "unzip",
+        "gzip",
+        "gunzip",
+        "zstd",
+        "base64",
+        "sha256sum",
+        "md5sum",
+        "env",
+        "true",
+        "false",
+        "open",
+        "xdg-open",
+        "code",
+        "vim",
+        "vi",
+        "nano",
+        "emacs",
+        "ping",
+        "dig",
+        "nslookup",
+        "host",
+        "tree",
+        "nl",
+        "od",
+        "hexdump",
+        "strings",
+        "timeout",
+    }
+)
+#: Words that only prepare the command that follows (their options are skipped too).
+WRAPPERS = frozenset({"sudo", "env", "time", "nice", "nohup", "exec", "command", "builtin"})
+#: Parts of a chain that only set up the part that matters.
+SETUP_PROGRAMS = frozenset(
+    {"cd", "pushd", "popd", "export", "set", "unset", "source", ".", "true", ":", "echo",
+     "printf", "sleep", "clear", "ulimit", "umask", "shopt", "alias"}
+)  # fmt: skip
+SHELLS = frozenset({"bash", "sh", "zsh", "dash", "fish", "ksh"})
+PYTHONS = re.compile(r"^python(\d+(\.\d+)?)?$")
+#: Options of git that take a value (`git -C dir push`).
+GIT_VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+
+MAX_SCRIPT_CHARS = 4000
+MAX_ERROR_CHARS = 160
+MAX_SCAN_LINES = 60
+
+_SUBCOMMAND = re.compile(r"^[a-z][a-z0-9_:-]*(\.[a-z0-9_-]+)*$")
+_FILE_EXTENSION = re.compile(
+    r"\.(py|js|mjs|cjs|ts|tsx|jsx|sh|bash|rb|go|rs|json|md|txt|ex|exs|toml|ya?ml|lock|cfg|ini)$"
+)
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Shell separators outside quotes; quoted strings are matched first so they are skipped whole.
+_SCRIPT_TOKEN = re.compile(
+    r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|(?P<sep>&&|\|\||;|\|&?|\n|(?<![<>&])&(?!>))|<<-?\s*['"]?(?P<doc>\w+)['"]?|[^'"\\&|;\n<]+|[&<]""",
+    re.DOTALL,
+)
+
+# -- the first error line --------------------------------------------------------------------
+
+_CLAUDE_EXIT = re.compile(r"^Exit code (-?\d+)\s*$")
+_CODEX_HEADER = re.compile(
+    r"^(Command: .*|Chunk ID: .*|Wall time: .*|Process exited with code -?\d+|"
+    r"Exit code: -?\d+|Original token count: .*|Total output lines: .*|Output:)\s*$"
+)
+_TAG = re.compile(r"</?tool_use_error>")
+ERRORISH = re.compile(
+    r"error|fatal|fail|exception|denied|not found|no such|cannot|can't|unable|invalid|"
+    r"refused|rejected|blocked|unknown|missing|undefined|permission|timed out|timeout|abort|"
+    r"conflict|not allowed|unrecognized|unexpected|panic",
+    re.IGNORECASE,
+)
+_TRACEBACK = "Traceback (most recent call last)"
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+
+# -- normalisation ---------------------------------------------------------------------------
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>)\]]+", re.IGNORECASE)
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
+_PATH = re.compile(
+    r"(?<![\w<])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?|(?<![\w</.-])[\w.@+-]+(?:/[\w.@+-]+)+/?"
+)
+_FILE = re.compile(r"(?<![\w<])[\w-]+\.(?:py|js|ts|tsx|go|rs|rb|ex|exs|java|c|h|cpp|json|md)\b")
+_HASH = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
+_BRANCH = re.compile(
+    r"(?P<lead>\b(?:(?:branch|upstream|checkout|switch(?:ed)?\s+to|ref)\s+['\"]?|"
+    r"(?:refs/heads/|refs/remotes/|origin/)))"
+    r"(?P<name>\w(?:[\w./-]*\w)?)(?P<close>['\"]?)",
+    re.IGNORECASE,
+)
+_BRANCH_WORDS = frozenset(
+    {"has", "is", "to", "the", "a", "an", "with", "and", "or", "not", "of", "for", "name",
+     "branch", "named", "that", "was", "does", "from", "in", "on", "set", "no"}
+)  # fmt: skip
+_NUMBER = re.compile(r"(?<![\w<])[-+]?\d+(?:\.\d+)?(?:ms|s|m|h|kb|mb|gb|%)?\b", re.IGNORECASE)
+_SPACES = re.compile(r"\s+")
+
+
+def shell_script(arguments: str) -> str | None:
+    """The shell text of a call whose arguments name one (`command` or `cmd`: a string or an
+    argv list), else None."""
+    if not arguments.startswith("{"):
+        return None
+    try:
+        decoded = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return _cut_json_command(arguments)
+    if not isinstance(decoded, dict):
+        return None
+    for key in SHELL_KEYS:
+        value = decoded.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return _argv_script(value)
+    return None
+
+
+def command_head(tool: str, arguments: str, error: str = "") -> str:
+    """The command head of a call: for a shell call, the program and first sub-command word
+    of the part of its chain that `error` (the result text) points at; else the tool name."""
+    script = shell_script(arguments)
+    if script is None:
+        return tool
+    heads = script_heads(script)
+    if not heads:
+        return tool
+    return attribute(heads, error) if error else heads[0]
+
+
+def script_heads(script: str) -> list[str]:
+    """The head of each part of a shell script that does real work, in order (setup parts such
+    as `cd x` only when nothing else is there)."""
+    heads: list[str] = []
+    setup: list[str] = []
+    for part in _parts(script[:MAX_SCRIPT_CHARS]):
+        head = _part_head(part)
+        if head is None:
+            continue
+        if head.split(" ", 1)[0] in SETUP_PROGRAMS:
+            setup.append(head)
+        elif head not in heads:
+            heads.append(head)
+    return heads or setup[:1]
+
+
+def attribute(heads: list[str], error: str) -> str:
+    """The head the error text names: a part whose program opens a line (`grep: x: No such
+    file`) or whose sub-command word appears in it; else the first."""
+    if len(heads) == 1:
+        return heads[0]
+    text = error[:2000].lower()
+    for head in heads:
+        program = head.split(" ", 1)[0]
+        if re.search(rf"(^|\n){re.escape(program)}: ", text):
+            return head
+    for head in heads:
+        words = head.split(" ")
+        if len(words) > 1 and re.search(rf"\b{re.escape(words[1])}\b", text):
+            return head
+    return heads[0]
+
+
+def first_error_line(text: str) -> str:
+    """The line that says what went wrong, without the agent's own banner."""
+    lines = _body_lines(text)
+    if not lines:
+        return ""
+    structured = _structured_error(lines)
+    if structured is not None:
+        return structured
+    for index, line in enumerate(lines[:MAX_SCAN_LINES]):
+        if line.startswith(_TRACEBACK):
+            window = lines[index + 1 : index + MAX_SCAN_LINES]
+            raised = [x for x in window if _EXCEPTION_LINE.match(x)]
+            return raised[-1] if raised else line
+    for line in lines[:MAX_SCAN_LINES]:
+        if ERRORISH.search(line):
+            return line
+    return lines[0]
+
+
+def exit_code_of(text: str) -> int | None:
+    """The exit code a result's banner states (Claude Code `Exit code N`, Codex `Process exited
+    with code N` / `Exit code: N`), else None."""
+    for line in text[:600].splitlines()[:8]:
+        line = line.strip().removeprefix("[error]").strip()
+        match = _CLAUDE_EXIT.match(line) or re.match(
+            r"^(?:Process exited with code|Exit code:) (-?\d+)\s*$", line
+        )
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def normalise_error(text: str, cwd: str | None, branch: str | None = None) -> str:
+    """One error line with what differs between sessions replaced: the working directory,
+    the branch, URLs, UUIDs, paths, file names, hashes, branch names, numbers."""
+    line = text[:2000]
+    if cwd and len(cwd) > 1:
+        line = line.replace(cwd.rstrip("/"), "<cwd>")
+    if branch and len(branch) > 1:
+        line = re.sub(rf"(?<![\w/-]){re.escape(branch)}(?![\w/-])", "<branch>", line)
+    line = _URL.sub("<url>", line)
+    line = _UUID.sub("<id>", line)
+    line = _BRANCH.sub(_branch_placeholder, line)
+    line = _PATH.sub(_path_placeholder, line)
+    line = _FILE.sub("<file>", line)
+    line = _HASH.sub("<hash>", line)
+    line = _NUMBER.sub("<n>", line)
+    line = _SPACES.sub(" ", line).strip()
+    return line[:MAX_ERROR_CHARS]
+
+
+def signature(tool: str, command: str, error: str) -> str:
+    """The readable, stable identity of a failure: `tool | command | error`."""
+    return f"{tool} | {command} | {error}"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _parts(script: str) -> Iterator[str]:
+    """The simple commands of a script, split at `&&`, `||`, `;`, `|`, `&` and newlines
+    outside quotes; a here-document's body is skipped."""
+    current: list[str] = []
+    skip_to: str | None = None
+    for match in _SCRIPT_TOKEN.finditer(script):
+        token = match.group(0)
+        if skip_to is not None:
+            if match.group("sep") == "\n" or "\n" in token:
+                rest = script[match.end() :]
+                end = re.search(rf"(?m)^\s*{re.escape(skip_to)}\s*$", rest)
+                if end is None:
+                    break
+                skip_to = None
+                yield from _parts(rest[end.end() :])
+                return
+            continue
+        if match.group("doc"):
+            skip_to = match.group("doc")
+            continue
+        if match.group("sep") is not None:
+            yield "".join(current)
+            current = []
+        else:
+            current.append(token)
+    if current:
+        yield "".join(current)
+
+
+def _part_head(part: str) -> str | None:
+    words = _words(part)
+    while words and (_ASSIGNMENT.match(words[0]) or words[0] in ("(", "{", "!")):
+        words = words[1:]
+    while words and words[0] in WRAPPERS:
+        wrapper, words = words[0], words[1:]
+        while words and (words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
+            words = words[1:]
+        if wrapper == "command" and words and words[0] in ("-v", "-V"):
+            words = words[1:]
+    if words and words[0] == "timeout":
+        words = [w for w in words[1:] if not w.startswith("-")][1:]
+    if not words:
+        return None
+    program = words[0].rstrip(")").rsplit("/", 1)[-1]
+    if not program or not re.match(r"^[\w.+\[-]", program):
+        return None
+    arguments = words[1:]
+    if program in SHELLS:
+        inner = _inline_script(arguments)
+        if inner is not None:
+            heads = script_heads(inner)
+            return heads[0] if heads else None
+    if PYTHONS.match(program) and len(arguments) > 1 and arguments[0] == "-m":
+        return arguments[1]
+    if program in ("npx", "bunx", "pnpx") and arguments:
+        rest = [w for w in arguments if not w.startswith("-")]
+        return rest[0].rsplit("/", 1)[-1] if rest else program
+    if program in PLAIN_PROGRAMS or PYTHONS.match(program):
+        return program
+    return _with_subcommand(program, arguments)
+
+
+def _with_subcommand(program: str, arguments: list[str]) -> str:
+    skip_value = False
+    for word in arguments:
+        if skip_value:
+            skip_value = False
+            continue
+        if word.startswith("-"):
+            skip_value = program == "git" and word in GIT_VALUE_OPTIONS
+            continue
+        if _SUBCOMMAND.match(word) and not _FILE_EXTENSION.search(word):
+            return f"{program} {word}"
+        break
+    return program
+
+
+def _inline_script(arguments: list[str]) -> str | None:
+    for index, word in enumerate(arguments):
+        if word.startswith("-") and "c" in word.lstrip("-") and index + 1 < len(arguments):
+            return arguments[index + 1]
+    return None
+
+
+def _words(part: str) -> list[str]:
+    part = part.strip()
+    try:
+        return shlex.split(part)
+    except ValueError:
+        return part.split()
+
+
+def _argv_script(argv: list[str]) -> str:
+    if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in SHELLS and argv[1].startswith("-"):
+        return argv[2]
+    return shlex.join(argv)
+
+
+def _cut_json_command(arguments: str) -> str | None:
+    """The command of arguments cut mid-JSON (agents' arguments are stored cut)."""
+    match = re.search(r'"(?:command|cmd)"\s*:\s*"((?:[^"\\]|\\.)*)', arguments)
+    if match is None:
+        return None
+    try:
+        value: str = json.loads(f'"{match.group(1)}"')
+    except ValueError:
+        return match.group(1)
+    return value
+
+
+def _body_lines(text: str) -> list[str]:
+    # Some hooks print escaped newlines: they separate lines all the same.
+    text = _TAG.sub("", text[:20000]).replace("\\n", "\n").strip()
+    text = text.removeprefix("[error]").strip()
+    lines = [line.strip() for line in text.splitlines()]
+    while lines and (not lines[0] or _CLAUDE_EXIT.match(lines[0]) or _CODEX_HEADER.match(lines[0])):
+        lines.pop(0)
+    return [line for line in lines if line]
+
+
+def _structured_error(lines: list[str]) -> str | None:
+    """The error of a JSON result (`{"error": ...}`, `{"output": ..., "exit_code": 1}`)."""
+    if not lines[0].startswith("{"):
+        return None
+    try:
+        decoded = json.loads("\n".join(lines))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    for key in ("error", "stderr", "output", "content", "message"):
+        value = decoded.get(key)
+        if isinstance(value, str) and value.strip():
+            return first_error_line(value)
+    return None
+
+
+def _path_placeholder(match: re.Match[str]) -> str:
+    return "<path>"
+
+
+def _branch_placeholder(match: re.Match[str]) -> str:
+    name = match.group("name")
+    if name.lower() in _BRANCH_WORDS or name.startswith("<"):
+        return match.group(0)
+    return f"{match.group('lead')}<branch>{match.group('close')}"

@@ -1,0 +1,231 @@
+"""The effect tables of state.db (DESIGN.md §13; their schema is migration `_V4` in state.py).
+
+Plain sqlite3 connection in, values out; the caller owns the transaction. A session's messages
+are numbered by the same absolute index the held messages and provenance windows use
+(`pending.idx`, `first_message`..`last_message`), so a window selects its failures directly.
+History read once by the backfill pass (sessions older than the backfill window, whose later
+messages start at index 0) is numbered below zero: it never collides with a window.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from skilld.effect.extract import CLASSES, COUNTED_CLASSES, Failure, ToolRun
+
+
+class SessionFacts(NamedTuple):
+    session: str  # "<kind>:<id>"
+    source: str  # the source kind (the agent)
+    library: str | None
+    repository: str | None  # normalised host/owner/repo
+    first_ts: str  # ISO UTC of the session's first message (or when it was first seen)
+
+
+def record_read(
+    conn: sqlite3.Connection,
+    facts: SessionFacts,
+    runs: Sequence[ToolRun],
+    failures: Sequence[Failure],
+) -> None:
+    """Record what one read of a session showed, and resolve earlier failures of the session
+    that a successful run of this read answers. Idempotent per (session, seq)."""
+    conn.execute(
+        "INSERT INTO effect_sessions(session, source, library, repository, first_ts)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
+        " library = COALESCE(excluded.library, library),"
+        " repository = COALESCE(excluded.repository, repository),"
+        " first_ts = MIN(first_ts, excluded.first_ts)",
+        facts,
+    )
+    if not runs and not failures:
+        return
+    counts: dict[str, list[Any]] = {}
+    for run in runs:
+        entry = counts.setdefault(run.command, [0, 0, run.ts])
+        entry[0 if run.ok else 1] += 1
+        if run.ts is not None and (entry[2] is None or run.ts < entry[2]):
+            entry[2] = run.ts
+    conn.executemany(
+        "INSERT INTO effect_runs(session, command, ok, failed, first_ts) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT(session, command) DO UPDATE SET ok = ok + excluded.ok,"
+        " failed = failed + excluded.failed,"
+        " first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts)",
+        [(facts.session, command, ok, failed, ts) for command, (ok, failed, ts) in counts.items()],
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, error,"
+        " signature, class, exit_code, resolved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(facts.session, *f[:8], int(f.resolved)) for f in failures],
+    )
+    last_ok: dict[str, int] = {}
+    for run in runs:
+        if run.ok:
+            last_ok[run.command] = max(run.seq, last_ok.get(run.command, run.seq))
+    conn.executemany(
+        "UPDATE effect_failures SET resolved = 1"
+        " WHERE session = ? AND command = ? AND seq < ? AND resolved = 0",
+        [(facts.session, command, seq) for command, seq in last_ok.items()],
+    )
+
+
+def forget_from(conn: sqlite3.Connection, session: str, seq: int) -> None:
+    """Drop a session's failures from `seq` on: its file was replaced and is read again."""
+    conn.execute("DELETE FROM effect_failures WHERE session = ? AND seq >= ?", (session, seq))
+
+
+def record_loads(
+    conn: sqlite3.Connection, session: str, library: str, names: Iterable[str]
+) -> None:
+    """The session loaded these skills of `library`."""
+    conn.executemany(
+        "INSERT OR IGNORE INTO effect_loads(session, library, name) VALUES (?, ?, ?)",
+        [(session, library, name) for name in names],
+    )
+
+
+def window_failures(
+    conn: sqlite3.Connection, session: str, first_seq: int, last_seq: int
+) -> list[Failure]:
+    """The failures a session's messages `first_seq..last_seq` showed, in order."""
+    rows = conn.execute(
+        "SELECT seq, ts, tool, command, error, signature, class, exit_code, resolved"
+        " FROM effect_failures WHERE session = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+        (session, first_seq, last_seq),
+    ).fetchall()
+    return [
+        Failure(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], bool(row[8]))
+        for row in rows
+    ]
+
+
+def recurrences(
+    conn: sqlite3.Connection,
+    signature: str,
+    repository: str | None,
+    source: str,
+    exclude_session: str,
+) -> int:
+    """In how many other sessions of the same agent (and repository, when known) that began
+    no later than `exclude_session` the signature failed as `real` or `hook`."""
+    sql = (
+        "SELECT COUNT(DISTINCT f.session) FROM effect_failures AS f"
+        " JOIN effect_sessions AS s ON s.session = f.session"
+        " WHERE f.signature = ? AND f.session != ? AND s.source = ?"
+        f" AND f.class IN ({', '.join('?' for _ in COUNTED_CLASSES)})"
+        " AND s.first_ts <= COALESCE("
+        "  (SELECT first_ts FROM effect_sessions WHERE session = ?), s.first_ts)"
+    )
+    params: list[Any] = [signature, exclude_session, source, *COUNTED_CLASSES, exclude_session]
+    if repository is not None:
+        sql += " AND s.repository = ?"
+        params.append(repository)
+    count: int = conn.execute(sql, params).fetchone()[0]
+    return count
+
+
+def failure_rows(
+    conn: sqlite3.Connection,
+    *,
+    since: str | None = None,
+    repository: str | None = None,
+    recurring: bool = False,
+) -> list[dict[str, Any]]:
+    """`skilld failures --json`: one entry per signature, most widespread first.
+
+    `since`: only occurrences at or after this ISO time; `repository`: only occurrences in a
+    repository matching this glob; `recurring`: only signatures seen in two sessions or more.
+    """
+    sql = (
+        "SELECT f.signature, f.tool, f.command, f.error, f.class, f.session,"
+        " COALESCE(f.ts, s.first_ts) AS at, s.repository"
+        " FROM effect_failures AS f LEFT JOIN effect_sessions AS s ON s.session = f.session"
+    )
+    params: list[Any] = []
+    if since is not None:
+        sql += " WHERE COALESCE(f.ts, s.first_ts) >= ?"
+        params.append(since)
+    grouped: dict[str, _Group] = {}
+    for row in conn.execute(sql, params):
+        if repository is not None and not fnmatch.fnmatchcase(row[7] or "", repository):
+            continue
+        group = grouped.get(row[0])
+        if group is None:
+            group = grouped[row[0]] = _Group(row[1], row[2], row[3])
+        group.add(row[4], row[5], row[6], row[7])
+    skills = _skills_by_signature(conn, set(grouped))
+    entries = [
+        group.entry(signature, skills.get(signature, []))
+        for signature, group in grouped.items()
+        if not recurring or len(group.sessions) >= 2
+    ]
+    entries.sort(key=lambda e: (-e["sessions"], -e["occurrences"], e["last_seen"] or ""))
+    return entries
+
+
+class _Group:
+    __slots__ = ("classes", "command", "error", "first", "last", "repositories", "sessions", "tool")
+
+    def __init__(self, tool: str, command: str, error: str) -> None:
+        self.tool, self.command, self.error = tool, command, error
+        self.classes: dict[str, int] = {}
+        self.sessions: set[str] = set()
+        self.repositories: set[str] = set()
+        self.first: str | None = None
+        self.last: str | None = None
+
+    def add(self, cls: str, session: str, at: str | None, repository: str | None) -> None:
+        self.classes[cls] = self.classes.get(cls, 0) + 1
+        self.sessions.add(session)
+        if repository:
+            self.repositories.add(repository)
+        if at is not None:
+            self.first = at if self.first is None or at < self.first else self.first
+            self.last = at if self.last is None or at > self.last else self.last
+
+    def entry(self, signature: str, skills: list[dict[str, str]]) -> dict[str, Any]:
+        return {
+            "signature": signature,
+            "tool": self.tool,
+            "command": self.command,
+            "error": self.error,
+            "class": _dominant(self.classes),
+            "sessions": len(self.sessions),
+            "occurrences": sum(self.classes.values()),
+            "first_seen": self.first,
+            "last_seen": self.last,
+            "repositories": sorted(self.repositories),
+            "skills": skills,
+        }
+
+
+def _dominant(classes: dict[str, int]) -> str:
+    """The class a signature mostly has; a cascade only when it is never anything else."""
+    ranked = {cls: n for cls, n in classes.items() if cls != "cascade"} or classes
+    order = {cls: index for index, cls in enumerate(CLASSES)}
+    return min(ranked, key=lambda cls: (-ranked[cls], order.get(cls, len(order))))
+
+
+def _skills_by_signature(
+    conn: sqlite3.Connection, signatures: set[str]
+) -> dict[str, list[dict[str, str]]]:
+    """The skills whose source window showed each signature resolved (`real`/`hook`): the
+    skill's source failures, by its provenance."""
+    if not signatures:
+        return {}
+    rows = conn.execute(
+        "SELECT DISTINCT f.signature, p.library, p.name FROM provenance AS p"
+        " JOIN effect_failures AS f ON f.session = p.session"
+        " AND f.seq BETWEEN p.first_message AND p.last_message"
+        f" WHERE f.resolved = 1 AND f.class IN ({', '.join('?' for _ in COUNTED_CLASSES)})"
+        " ORDER BY p.library, p.name",
+        COUNTED_CLASSES,
+    ).fetchall()
+    found: dict[str, list[dict[str, str]]] = {}
+    for signature, library, name in rows:
+        if signature in signatures:
+            found.setdefault(signature, []).append({"library": library, "name": name})
+    return found
