@@ -9,6 +9,10 @@ Response items: `message` (user `input_text` / assistant `output_text` blocks; `
 `custom_tool_call`, `local_shell_call` and `web_search_call` (tool calls, merged into the
 assistant message they follow), `function_call_output` / `custom_tool_call_output` (tool
 results, named by joining on `call_id`, kept in the cursor across reads), `reasoning` (dropped).
+A tool result's outcome is its exit code where Codex records one (the old `shell` output's
+`metadata.exit_code`; the `exec_command` header `Process exited with code N`; `Exit code: N`),
+`success` in the older output object, or Codex's answer to a declined or aborted call
+("exec command rejected by user", "aborted by user"); otherwise it is unknown.
 
 User messages that are harness context rather than the user speaking (`<environment_context>`,
 `<user_instructions>`, AGENTS.md instructions, `<turn_aborted>`, a `!` shell command, ...) are
@@ -73,6 +77,15 @@ RESPONSE_ITEM_TYPES = frozenset({"message", "reasoning"}) | TOOL_CALL_TYPES | TO
 #: Envelope types whose payload names the working directory.
 CWD_RECORD_TYPES = frozenset({"session_meta", "turn_context"})
 _PEEK_CHUNK_BYTES = 64 * 1024
+#: The exit status in the header Codex puts before a command's output.
+_EXIT_HEADER = re.compile(r"^(?:Process exited with code|Exit code:) (-?\d+)\s*$", re.MULTILINE)
+_HEADER_CHARS = 1200
+#: Codex's answers to a call the user declined or interrupted, and a refused sandbox escape.
+_DECLINED = re.compile(
+    r"(exec command|patch) rejected by user|aborted( by user)?\b|sandbox denied|"
+    r"This action was rejected due to unacceptable risk",
+    re.IGNORECASE,
+)
 
 
 class CodexSource(LineFileSource):
@@ -174,14 +187,19 @@ class CodexSource(LineFileSource):
                     open_assistant = len(parsed.messages) - 1
             elif item_type in TOOL_OUTPUT_TYPES:
                 call_id = string_or_none(item.get("call_id"))
+                output = item.get("output")
+                text = _output_text(output)
+                failed, exit_code = _outcome(output, text)
                 parsed.messages.append(
                     Message(
                         role="tool",
-                        text=cut_text(_output_text(item.get("output")), self.tool_result_max_chars),
+                        text=cut_text(text, self.tool_result_max_chars),
                         tool_call_id=call_id,
                         tool_name=calls.pop(call_id, None) if call_id else None,
                         timestamp=timestamp,
                         git=git,
+                        failed=failed,
+                        exit_code=exit_code,
                     )
                 )
                 open_assistant = None
@@ -288,6 +306,31 @@ def _output_text(output: Any) -> str:
     if isinstance(decoded, dict) and isinstance(decoded.get("output"), str):
         return decoded["output"]
     return output
+
+
+def _outcome(output: Any, text: str) -> tuple[bool | None, int | None]:
+    """(failed, exit code) of a tool output: the old `shell` JSON's `metadata.exit_code`, the
+    `exec_command` header's `Process exited with code N` (or `Exit code: N`), the older
+    `{"success": false}` object, or the text Codex answers a declined or aborted call with."""
+    if isinstance(output, dict):
+        success = output.get("success")
+        return (not success if isinstance(success, bool) else None), None
+    if isinstance(output, str) and output.startswith("{"):
+        try:
+            decoded = json.loads(output)
+        except (ValueError, RecursionError):
+            decoded = None
+        metadata = decoded.get("metadata") if isinstance(decoded, dict) else None
+        code = metadata.get("exit_code") if isinstance(metadata, dict) else None
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code != 0, code
+    header = _EXIT_HEADER.search(text[:_HEADER_CHARS])
+    if header is not None:
+        code = int(header.group(1))
+        return code != 0, code
+    if _DECLINED.match(text.lstrip()):
+        return True, None
+    return None, None
 
 
 def _first_line(file: Path, max_bytes: int) -> bytes | None:

@@ -2,17 +2,22 @@
 
     {"role": "user"|"assistant"|"tool"|"system", "content": str | [blocks],
      "tool_calls"?: [{"id", "type": "function", "function": {"name", "arguments"}}],
-     "tool_call_id"?, "name"?, "timestamp"?, "cwd"?}
+     "tool_call_id"?, "name"?, "timestamp"?, "cwd"?, "error"?}
 
 Session id = file stem; a file whose stem another file already holds (or shares, when both
 appear at once) is keyed by its path relative to the root, without its suffix. System messages
 are the harness speaking and are dropped. A line may name the session's working directory
 (`cwd`, as Claude Code's lines do; the last one named counts), so that a project skill and the
 repository the session worked in can be found.
+
+A tool result failed when its line says `"error": true`, or when its content is a JSON result
+that says so (`{"exit_code": 1, ...}`, `{"error": "..."}`, `{"success": false}`,
+`{"status": "error"}`: the shape Hermes Agent's tools answer in); it succeeded otherwise.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from skilld.transcripts._filesource import (
@@ -32,6 +37,9 @@ from skilld.transcripts.normalise import (
     remember_call,
     string_or_none,
 )
+
+#: A tool result longer than this is output, not a small JSON outcome: it is not parsed.
+MAX_OUTCOME_CHARS = 200_000
 
 
 class JsonlSource(LineFileSource):
@@ -88,14 +96,40 @@ def chat_message(
     if role == "tool":
         call_id = string_or_none(record.get("tool_call_id"))
         known_name = calls.pop(call_id, None) if call_id else None
+        failed, exit_code = tool_outcome(text)
         return Message(
             role="tool",
             text=cut_text(text, tool_result_max_chars),
             tool_call_id=call_id,
             tool_name=string_or_none(record.get("name")) or known_name,
             timestamp=timestamp,
+            failed=failed or record.get("error") is True,
+            exit_code=exit_code,
         )
     return None
+
+
+def tool_outcome(text: str) -> tuple[bool, int | None]:
+    """(failed, exit code) of a tool result whose content is a JSON object reporting them."""
+    if not text.startswith("{") or len(text) > MAX_OUTCOME_CHARS:
+        return False, None
+    try:
+        result = json.loads(text)
+    except (ValueError, RecursionError):
+        return False, None
+    if not isinstance(result, dict):
+        return False, None
+    exit_code = result.get("exit_code")
+    if isinstance(exit_code, int) and not isinstance(exit_code, bool):
+        return exit_code != 0, exit_code
+    error = result.get("error")
+    failed = (
+        (isinstance(error, str) and bool(error.strip()))
+        or error is True
+        or result.get("success") is False
+        or result.get("status") == "error"
+    )
+    return failed, None
 
 
 def openai_tool_calls(raw: Any) -> tuple[ToolCall, ...]:

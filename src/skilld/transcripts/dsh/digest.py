@@ -355,7 +355,8 @@ class Digester:
             text = (
                 content_text(result) if isinstance(result, str | list) else _arguments_text(result)
             )
-            if block.get("isError") is True:
+            failed = block.get("isError") is True
+            if failed:
                 text = f"[error] {text}"
             known_name = self.state.calls.get(call_id) if call_id else None
             fallback_name = data.get("name")
@@ -367,6 +368,7 @@ class Digester:
                     tool_name=known_name
                     or (fallback_name if isinstance(fallback_name, str) else None),
                     timestamp=timestamp,
+                    failed=failed,
                 )
             )
 
