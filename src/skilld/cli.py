@@ -42,6 +42,7 @@ GROUPS: dict[str, str] = {
     "mcp": "mcp",
     "sync": "sync",
     "web": "web",
+    "failures": "failures",
 }
 
 Handler = Callable[["App", argparse.Namespace], int]

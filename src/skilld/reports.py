@@ -362,6 +362,24 @@ def llm_daily(app: App) -> list[dict[str, Any]]:
     ]
 
 
+# -- failures ------------------------------------------------------------------------------
+
+
+def failure_report(
+    app: App, *, since: str | None = None, repository: str | None = None, recurring: bool = False
+) -> list[dict[str, Any]]:
+    """`skilld failures --json` and `/api/failures`: one entry per failure signature (DESIGN.md
+    §13). Raises UsageError for a bad `since`."""
+    from skilld.effect.store import failure_rows
+
+    return failure_rows(
+        app.state.conn,
+        since=since_timestamp(since),
+        repository=repository or None,
+        recurring=recurring,
+    )
+
+
 # -- events ----------------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from skilld.effect.signature import (
@@ -86,6 +87,10 @@ BENIGN_ON_ONE = frozenset(
 )  # fmt: skip
 
 
+#: Programs whose exit 1 means "not there", whatever they print.
+LOOKUPS = frozenset({"which", "command", "type", "whereis"})
+
+
 class ToolRun(NamedTuple):
     seq: int  # absolute index of the tool result message in its session
     ts: str | None  # ISO timestamp of the result when known
@@ -132,16 +137,31 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         tool = message.tool_name or (call.name if call is not None else "tool")
         arguments = call.arguments if call is not None else ""
         seq = first_seq + offset
+        ts = utc_iso(message.timestamp)
         if message.failed is not True:
             script = shell_script(arguments)
             heads = (script_heads(script) if script is not None else []) or [tool]
-            runs += [ToolRun(seq, message.timestamp, tool, head, True) for head in heads]
+            runs += [ToolRun(seq, ts, tool, head, True) for head in heads]
             continue
-        failure = _failure(message, seq, tool, arguments, cwd, failed_this_turn)
-        failed_this_turn.add(failure.command)
+        failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
+        if failure.cls in COUNTED_CLASSES:  # a benign or red-test run sets off no cascade
+            failed_this_turn.add(failure.command)
         failures.append(failure)
-        runs.append(ToolRun(seq, message.timestamp, tool, failure.command, False))
+        runs.append(ToolRun(seq, ts, tool, failure.command, False))
     return Extraction(runs, resolve(failures, runs))
+
+
+def utc_iso(timestamp: str | None) -> str | None:
+    """A transcript's timestamp as UTC ISO to the second (comparable as text), else None."""
+    if not timestamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def resolve(failures: list[Failure], runs: Iterable[ToolRun]) -> list[Failure]:
@@ -169,9 +189,14 @@ def classify(
         return "cascade"
     if _is_test(head, script):
         return "test"
-    # `grep` exiting 1 found nothing; with an error message it failed.
-    answers = head in BENIGN_ON_ONE or head.split(" ", 1)[0] in BENIGN_ON_ONE
-    if exit_code == 1 and answers and not ERRORISH.search(first_error_line(sample)):
+    # `grep` exiting 1 found nothing (with an error message, a part before it failed);
+    # `which` exiting 1 says "not found", which is its answer.
+    program = head.split(" ", 1)[0]
+    if exit_code == 1 and (
+        program in LOOKUPS
+        or ((head in BENIGN_ON_ONE or program in BENIGN_ON_ONE)
+            and not ERRORISH.search(first_error_line(sample)))
+    ):  # fmt: skip
         return "benign"
     if repeated:
         return "cascade"
@@ -183,6 +208,7 @@ def classify(
 def _failure(
     message: Message,
     seq: int,
+    ts: str | None,
     tool: str,
     arguments: str,
     cwd: str | None,
@@ -197,7 +223,7 @@ def _failure(
     error = normalise_error(redact(first_error_line(text)).text, cwd, branch)
     return Failure(
         seq,
-        message.timestamp,
+        ts,
         tool,
         head,
         error,

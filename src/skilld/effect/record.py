@@ -11,7 +11,7 @@ import sqlite3
 from datetime import UTC, datetime
 
 from skilld.effect import store
-from skilld.effect.extract import COUNTED_CLASSES, extract
+from skilld.effect.extract import COUNTED_CLASSES, extract, utc_iso
 from skilld.gitinfo import GitContext
 from skilld.transcripts.model import SessionRead
 
@@ -31,7 +31,7 @@ def record_session_read(
     if read.reset:
         store.forget_from(conn, read.session, first_seq)
     extraction = extract(read.messages, first_seq, cwd=read.cwd)
-    first_ts = next((m.timestamp for m in read.messages if m.timestamp), None)
+    first_ts = next((ts for m in read.messages if (ts := utc_iso(m.timestamp))), None)
     facts = store.SessionFacts(
         read.session,
         read.source,

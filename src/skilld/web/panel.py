@@ -533,6 +533,21 @@ class Panel:
     async def api_review(self, request: Request) -> Response:
         return JSON(await self.with_app(reports.review_items))
 
+    async def api_failures(self, request: Request) -> Response:
+        query = request.query_params
+        since, repository = query.get("since") or None, query.get("repository") or None
+        recurring = query.get("recurring", "") not in ("", "0", "false")
+
+        def build(app: App) -> list[dict[str, Any]]:
+            return reports.failure_report(
+                app, since=since, repository=repository, recurring=recurring
+            )
+
+        try:
+            return JSON(await self.with_app(build))
+        except UsageError as exc:
+            return JSON({"error": str(exc)}, 400)
+
 
 class _Refusal(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -640,6 +655,7 @@ def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starle
         Route("/api/skills/{library:path}/{name}", panel.api_skill),
         Route("/api/events", panel.api_events),
         Route("/api/review", panel.api_review),
+        Route("/api/failures", panel.api_failures),
         Route("/api/{rest:path}", panel.api_unknown, methods=["GET", "HEAD", "POST"]),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
