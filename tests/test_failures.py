@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from skilld.effect import store
 from skilld.effect.extract import Failure, extract
 from skilld.effect.signature import command_head, first_error_line, normalise_error, signature
 from skilld.gitinfo import context
+from skilld.state import StateDB
 from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
 from skilld.transcripts.dsh import DshSource
@@ -381,3 +383,24 @@ def test_timestamps_are_utc_and_the_branch_comes_from_the_message() -> None:
     (failure,) = extract(messages, 0).failures
     assert failure.ts == "2026-02-12T21:30:00+00:00"
     assert failure.error == "fatal: couldn't find remote ref <branch>"
+
+
+def test_the_store_keeps_one_row_per_message_and_forgets_a_replaced_tail(tmp_path: Path) -> None:
+    """A replaced file's messages take the indexes of the held ones it replaces."""
+    found = extract(
+        session(
+            "go",
+            ("Bash", "make a", "Exit code 2\nmake: *** [a] Error 1", True, 2),
+            ("Bash", "make b", "Exit code 2\nmake: *** [b] Error 1", True, 2),
+        ),
+        10,
+    )
+    facts = store.SessionFacts("jsonl:s", "jsonl", "default", None, "2026-01-01T00:00:00+00:00")
+    with StateDB(tmp_path / "state.db") as db, db.transaction() as conn:
+        store.record_read(conn, facts, found.runs, found.failures)
+        store.record_read(conn, facts, found.runs, found.failures)  # read twice: one row each
+        assert [f.seq for f in store.window_failures(conn, "jsonl:s", 0, 99)] == [12, 14]
+        store.forget_from(conn, "jsonl:s", 13)
+        assert store.window_failures(conn, "jsonl:s", 0, 99) == found.failures[:1]
+        runs = conn.execute("SELECT command, failed FROM effect_runs ORDER BY command")
+        assert [tuple(row) for row in runs] == [("make a", 2), ("make b", 2)]
