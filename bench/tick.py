@@ -8,6 +8,8 @@ Rows:
 - idle tick over N session files   vs  listing and stat-ing the same files     (target ≤ 3×)
 - 1 MB appended to a 1 GB session  vs  the same append to an empty session     (target ≤ 1.5×)
 - dsh: one frame appended to a 50 MB session vs to a one-frame session         (target ≤ 1.5×)
+- the first tick over N sessions with failing tool calls (read only; read and reflect against
+  a loopback LLM), recording failures vs not, in CPU time                       (target ≤ 1.1×)
 - peak RSS of `skilld once` tracking N sessions                                (target ≤ 150 MB)
 """
 
@@ -30,9 +32,13 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from skilld.app import open_app  # noqa: E402
 from skilld.config import Config, build_config  # noqa: E402
+from skilld.evolve import supervisor  # noqa: E402
 from skilld.evolve.supervisor import Evolver  # noqa: E402
 from skilld.evolve.wiring import bind_sources  # noqa: E402
 from skilld.llm import LLMClient, LLMSettings  # noqa: E402
+from skilld.log import configure_logging  # noqa: E402
+
+configure_logging("json", "warning")  # a reflecting tick logs each window it skips
 
 LINE = json.dumps({"role": "user", "content": "x" * 200}) + "\n"
 
@@ -46,14 +52,16 @@ def best_of(runs: int, action: Callable[[], object]) -> float:
     return min(times)
 
 
-def make_config(root: Path, sessions: Path, **evolve: object) -> Config:
+def make_config(
+    root: Path, sessions: Path, llm_url: str = "http://127.0.0.1:9/v1", **evolve: object
+) -> Config:
     return build_config(
         {
             "skills": {"dir": str(root / "skills")},
             "state": {"dir": str(root / "state")},
-            # No reflection in these rows: min_messages is out of reach, so only reading counts.
+            # No reflection unless a row asks: min_messages is out of reach, only reading counts.
             "evolve": {"backfill": "none", "min_messages": 10**9, **evolve},
-            "llm": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 0},
+            "llm": {"base_url": llm_url, "max_retries": 0},
             "sources": [{"kind": "jsonl", "path": str(sessions)}],
         },
         environ={},
@@ -63,11 +71,13 @@ def make_config(root: Path, sessions: Path, **evolve: object) -> Config:
 class Harness:
     """An Evolver over `sessions`, ticked synchronously."""
 
-    def __init__(self, root: Path, sessions: Path, **evolve: object) -> None:
-        self.config = make_config(root, sessions, **evolve)
+    def __init__(
+        self, root: Path, sessions: Path, llm_url: str = "http://127.0.0.1:9/v1", **evolve: object
+    ) -> None:
+        self.config = make_config(root, sessions, llm_url, **evolve)
         self._app_cm = open_app(self.config, prepare=True)
         self.app = self._app_cm.__enter__()
-        self.llm = LLMClient(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"))
+        self.llm = LLMClient(LLMSettings(base_url=llm_url, model="m", max_calls_per_hour=0))
         bindings = bind_sources(self.config, self.app.routing)
         self.evolver = Evolver(self.app, self.llm, bindings)
 
@@ -76,6 +86,9 @@ class Harness:
 
     def close(self) -> None:
         anyio.run(self.llm.aclose)
+        self.app_exit()
+
+    def app_exit(self) -> None:
         self._app_cm.__exit__(None, None, None)
 
 
@@ -185,6 +198,125 @@ def dsh_row(smoke: bool) -> tuple[str, float, float] | None:
     return data["label"], data["with_history"], data["baseline"]
 
 
+#: A loopback LLM in its own process (its CPU is not the tick's): every request is answered
+#: with a skip, so a reflecting tick pays for everything but a model.
+LOOPBACK_LLM = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+reply = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+         "content": json.dumps({"evolve": False, "reason": "nothing new"})}}],
+         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+data = json.dumps(reply).encode()
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *args): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def failing_session(index: int, salt: str) -> str:
+    """A session of ten turns with a shell call each, output the size real results have (650
+    characters on average in the Claude Code sessions the issue measured); every other session
+    fails one `git push` and runs it again (one call in twenty fails, as there: 47 of 976)."""
+    lines: list[dict[str, object]] = []
+    for turn in range(10):
+        command = (
+            "git status",
+            f"sed -n '1,80p' src/{salt}/module_{index}_{turn}.py",
+            f"cd /w/{salt}/s{index} && pytest -q tests/test_{turn}.py",
+            "git push",
+        )[turn % 4]
+        failed = command == "git push" and turn < 4 and index % 2 == 0
+        output = f"fatal: The current branch b{index} has no upstream branch.\n" if failed else ""
+        output += f"line of output /w/{salt}/src/module.py:42 hash 3f2a9c1d ok\n" * 12
+        arguments = json.dumps({"command": command})
+        lines += [
+            {"role": "user", "content": f"step {turn} of task {index}: " + "please " * 12},
+            {
+                "role": "assistant",
+                "content": "Let me look at that first. " * 4,
+                "tool_calls": [
+                    {
+                        "id": f"c{turn}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": arguments},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"c{turn}", "content": output, "error": failed},
+            {"role": "assistant", "content": f"Step {turn} is done: " + "details " * 30},
+        ]
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, float]:
+    """The tick that first reads `count` sessions with failures (and, with `reflect`, sends each
+    window to a loopback LLM), recording failures (the effect tables, the [history] lines)
+    against the same tick with the recording replaced by nothing. CPU seconds, not wall time:
+    both ticks do the same I/O, and on a shared machine the wall clock mostly measures the other
+    processes."""
+    recording, history = supervisor.record_session_read, supervisor.window_history
+    server = subprocess.Popen(
+        [sys.executable, "-c", LOOPBACK_LLM], stdout=subprocess.PIPE, text=True
+    )
+    assert server.stdout is not None
+    base_url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+
+    def measure(record: bool, salt: str) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            sessions = root / "sessions"
+            sessions.mkdir()
+            for index in range(count):
+                (sessions / f"s{index:05d}.jsonl").write_text(failing_session(index, salt))
+            evolve: dict[str, object] = {"backfill": "all"}
+            if reflect:
+                evolve.update(min_messages=2, cooldown_seconds=0)
+            harness = Harness(root, sessions, llm_url=base_url, **evolve)
+            if not record:
+                supervisor.record_session_read = lambda *a, **k: None
+                supervisor.window_history = lambda *a, **k: []
+
+            async def tick() -> float:
+                started = time.process_time()
+                await harness.evolver.tick()
+                elapsed = time.process_time() - started
+                await harness.llm.aclose()  # in the loop its connections were opened in
+                return elapsed
+
+            try:
+                elapsed = anyio.run(tick)
+            finally:
+                supervisor.record_session_read, supervisor.window_history = recording, history
+            state = harness.app.state.conn
+            recorded = state.execute("SELECT COUNT(*) FROM effect_failures").fetchone()[0]
+            assert recorded == ((count + 1) // 2 if record else 0)
+            if reflect:
+                assert state.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 0
+            harness.app_exit()
+            return elapsed
+
+    with_recording, without = [], []
+    try:
+        for run in range(runs):  # interleaved, each over commands it has not seen yet
+            with_recording.append(measure(True, f"w{run}"))
+            without.append(measure(False, f"o{run}"))
+    finally:
+        server.terminate()
+        server.wait()
+    what = "read and reflect" if reflect else "read"
+    return f"{what} {count:,} sessions with failures (CPU)", min(with_recording), min(without)
+
+
 def rss_row(count: int) -> tuple[str, float]:
     """Peak RSS of `skilld once` over `count` sessions, in MB."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -222,11 +354,11 @@ def main() -> None:
     args = parser.parse_args()
     counts: tuple[int, ...]
     if args.smoke:
-        counts, history, held, runs = (50,), 1_000_000, 50, 1
+        counts, history, held, failing, runs = (50,), 1_000_000, 50, 20, 1
     elif args.quick:
-        counts, history, held, runs = (1_000, 2_000), 100_000_000, 2_000, 5
+        counts, history, held, failing, runs = (1_000, 2_000), 100_000_000, 2_000, 200, 5
     else:
-        counts, history, held, runs = (1_000, 10_000), 1_000_000_000, 10_000, 5
+        counts, history, held, failing, runs = (1_000, 10_000), 1_000_000_000, 10_000, 1_000, 5
 
     rows: list[tuple[str, float, float, str]] = []
     for count in counts:
@@ -239,6 +371,9 @@ def main() -> None:
     dsh = dsh_row(args.smoke)
     if dsh is not None:
         rows.append((*dsh, "≤ 1.5×"))
+    for reflect in (False, True):
+        label, value, baseline = failures_row(failing, max(runs, 3), reflect=reflect)
+        rows.append((label, value, baseline, "≤ 1.1×"))
 
     print(f"{'row':<44} {'skilld':>10} {'baseline':>10} {'ratio':>7}  target")
     for label, value, baseline, target in rows:

@@ -30,11 +30,11 @@ from typing import NamedTuple
 
 from skilld.effect.signature import (
     ERRORISH,
+    call_heads,
     command_head,
     exit_code_of,
     first_error_line,
     normalise_error,
-    script_heads,
     shell_script,
     signature,
 )
@@ -45,22 +45,43 @@ CLASSES = ("real", "hook", "test", "benign", "rejected", "cascade")
 #: The classes that count for a skill's effect.
 COUNTED_CLASSES = ("real", "hook")
 
-_REJECTED = re.compile(
-    r"the user doesn't want to (proceed|take this action)|rejected by user|aborted by user|"
-    r"user (denied|declined|rejected|refused)|^aborted$|request interrupted by user",
-    re.IGNORECASE | re.MULTILINE,
+# Phrases are looked for in the lower-cased opening of a result (substring searches: a tick
+# classifies every failure it reads, and a regular expression of alternatives is slow).
+_REJECTED = (
+    "the user doesn't want to proceed",
+    "the user doesn't want to take this action",
+    "rejected by user",
+    "aborted by user",
+    "user denied",
+    "user declined",
+    "user rejected",
+    "user refused",
+    "request interrupted by user",
 )
-_CASCADE = re.compile(
-    r"sibling tool call errored|cancelled: parallel tool call|"
-    r"not executed because a previous|skipped because an earlier",
-    re.IGNORECASE,
+_CASCADE = (
+    "sibling tool call errored",
+    "cancelled: parallel tool call",
+    "not executed because a previous",
+    "skipped because an earlier",
 )
-_HOOK = re.compile(
-    r"\bhooks?\b|blocked by (a |the )?(policy|hook|rule|guard)|rejected due to unacceptable risk|"
-    r"sandbox denied|security scan|command blocked|not allowed by (the )?(policy|permission)|"
-    r"permission to use .{1,60} has been denied|denied by (the )?(policy|permission)",
-    re.IGNORECASE,
+_POLICY = (
+    "rejected due to unacceptable risk",
+    "sandbox denied",
+    "security scan",
+    "command blocked",
+    "blocked by policy",
+    "blocked by the policy",
+    "blocked by a policy",
+    "blocked by hook",
+    "blocked by a hook",
+    "blocked by the hook",
+    "not allowed by the policy",
+    "not allowed by policy",
+    "denied by policy",
+    "denied by the policy",
+    "has been denied",
 )
+_HOOK_WORD = re.compile(r"\bhooks?\b")
 _TOOL_USE_ERROR = "<tool_use_error>"
 _CLAUDE_BANNER = re.compile(r"^(\[error\]\s*)?Exit code -?\d+", re.IGNORECASE)
 TEST_HEADS = frozenset(
@@ -129,18 +150,19 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
             failed_this_turn = set()
             continue
         if message.role == "assistant":
-            calls.update((c.call_id, c) for c in message.tool_calls if c.call_id is not None)
+            for call in message.tool_calls:
+                if call.call_id is not None:
+                    calls[call.call_id] = call
             continue
         if message.role != "tool":
             continue
-        call = calls.pop(message.tool_call_id, None) if message.tool_call_id else None
-        tool = message.tool_name or (call.name if call is not None else "tool")
-        arguments = call.arguments if call is not None else ""
+        called = calls.pop(message.tool_call_id, None) if message.tool_call_id else None
+        tool = message.tool_name or (called.name if called is not None else "tool")
+        arguments = called.arguments if called is not None else ""
         seq = first_seq + offset
         ts = utc_iso(message.timestamp)
         if message.failed is not True:
-            script = shell_script(arguments)
-            heads = (script_heads(script) if script is not None else []) or [tool]
+            heads = call_heads(arguments) or (tool,)
             runs += [ToolRun(seq, ts, tool, head, True) for head in heads]
             continue
         failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
@@ -183,9 +205,10 @@ def classify(
 ) -> str:
     """The class of one failed call (see the module docstring)."""
     sample = text[:4000]
-    if _REJECTED.search(sample[:600]):
+    opening = sample[:800].lower()
+    if any(phrase in opening for phrase in _REJECTED) or opening.strip() == "aborted":
         return "rejected"
-    if _CASCADE.search(sample[:600]):
+    if any(phrase in opening for phrase in _CASCADE):
         return "cascade"
     if _is_test(head, script):
         return "test"
@@ -200,7 +223,7 @@ def classify(
         return "benign"
     if repeated:
         return "cascade"
-    if _HOOK.search(sample[:2000]) or _refused_before_running(tool, script, sample):
+    if _by_hook_or_policy(opening) or _refused_before_running(tool, script, sample):
         return "hook"
     return "real"
 
@@ -232,6 +255,12 @@ def _failure(
         exit_code,
         False,
     )
+
+
+def _by_hook_or_policy(opening: str) -> bool:
+    if "hook" in opening and _HOOK_WORD.search(opening):
+        return True
+    return any(phrase in opening for phrase in _POLICY)
 
 
 def _is_test(head: str, script: str | None) -> bool:

@@ -24,14 +24,16 @@ def record_session_read(
     first_seq: int,
     observed: GitContext | None,
     now: float,
+    batch: list[store.ReadRecord] | None = None,
 ) -> None:
     """Record the runs and failures of `read`, whose first message is the session's message
     `first_seq`, and the session's facts (its repository: as the transcript records it, else
-    as the working directory's checkout shows it)."""
+    as the working directory's checkout shows it). With `batch`, the record is added to it
+    for one `store.record_reads` of all a tick's reads."""
     if read.reset:
         store.forget_from(conn, read.session, first_seq)
     extraction = extract(read.messages, first_seq, cwd=read.cwd)
-    first_ts = next((ts for m in read.messages if (ts := utc_iso(m.timestamp))), None)
+    first_ts = utc_iso(next((m.timestamp for m in read.messages if m.timestamp), None))
     facts = store.SessionFacts(
         read.session,
         read.source,
@@ -39,7 +41,11 @@ def record_session_read(
         _repository(read) or (observed.repository if observed is not None else None),
         first_ts or datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
     )
-    store.record_read(conn, facts, extraction.runs, extraction.failures)
+    record = store.ReadRecord(facts, extraction.runs, extraction.failures)
+    if batch is None:
+        store.record_reads(conn, [record])
+    else:
+        batch.append(record)
 
 
 def record_backfill(

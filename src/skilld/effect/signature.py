@@ -23,10 +23,11 @@ exception. Input is bounded before any pattern runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 #: Argument keys that hold a shell command (Claude Code, Codex, Hermes, DeepSeek Harness).
 SHELL_KEYS = ("command", "cmd")
@@ -147,14 +148,30 @@ PYTHONS = re.compile(r"^python(\d+(\.\d+)?)?$")
 GIT_VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
 
 MAX_SCRIPT_CHARS = 4000
+#: A head is found among the first words of a part.
+MAX_PART_CHARS = 400
+MAX_WORDS = 16
 MAX_ERROR_CHARS = 160
 MAX_SCAN_LINES = 60
+#: How much of a result is searched for its error line (the banner and error come first).
+MAX_BODY_CHARS = 8000
+#: How much of the error line is kept before it is redacted and normalised.
+MAX_LINE_CHARS = 600
 
 _SUBCOMMAND = re.compile(r"^[a-z][a-z0-9_:-]*(\.[a-z0-9_-]+)*$")
 _FILE_EXTENSION = re.compile(
     r"\.(py|js|mjs|cjs|ts|tsx|jsx|sh|bash|rb|go|rs|json|md|txt|ex|exs|toml|ya?ml|lock|cfg|ini)$"
 )
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PLAIN_COMMAND = re.compile(r'\{"(?:command|cmd)":"([^"\\]*)"[,}]')
+_PROGRAM = re.compile(r"^[\w.+\[-]")
+_NEEDS_QUOTING = re.compile(r"['\"\\]")
+_WORD = re.compile(r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|[^\s'"\\]+)+""")
+_QUOTED_PIECE = re.compile(r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|[^'"\\]+""")
+#: A script with none of these is plain words and separators: split, not parsed.
+_PLAIN_SCRIPT = re.compile(r"^[^'\"\\<`$()]*$")
+_CHAINED = re.compile(r"[&|;\n]")
+_SEPARATORS = re.compile(r"&&|\|\||;|\|&?|\n|(?<![<>&])&(?!>)")
 # Shell separators outside quotes; quoted strings are matched first so they are skipped whole.
 _SCRIPT_TOKEN = re.compile(
     r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|(?P<sep>&&|\|\||;|\|&?|\n|(?<![<>&])&(?!>))|<<-?\s*['"]?(?P<doc>\w+)['"]?|[^'"\\&|;\n<]+|[&<]""",
@@ -167,6 +184,9 @@ _CLAUDE_EXIT = re.compile(r"^Exit code (-?\d+)\s*$")
 _CODEX_HEADER = re.compile(
     r"^(Command: .*|Chunk ID: .*|Wall time: .*|Process exited with code -?\d+|"
     r"Exit code: -?\d+|Original token count: .*|Total output lines: .*|Output:)\s*$"
+)
+_EXIT_LINE = re.compile(
+    r"^(?:\[error\] ?)?(?:Exit code:? |Process exited with code )(-?\d+)[ \t]*$", re.MULTILINE
 )
 _TAG = re.compile(r"</?tool_use_error>")
 ERRORISH = re.compile(
@@ -198,14 +218,27 @@ _BRANCH_WORDS = frozenset(
      "branch", "named", "that", "was", "does", "from", "in", "on", "set", "no"}
 )  # fmt: skip
 _NUMBER = re.compile(r"(?<![\w<])[-+]?\d+(?:\.\d+)?(?:ms|s|m|h|kb|mb|gb|%)?\b", re.IGNORECASE)
-_SPACES = re.compile(r"\s+")
+_DIGIT = re.compile(r"\d")
+_BRANCH_HINTS = ("branch", "upstream", "checkout", "switch", "ref", "origin/")
 
 
 def shell_script(arguments: str) -> str | None:
     """The shell text of a call whose arguments name one (`command` or `cmd`: a string or an
     argv list), else None."""
-    if not arguments.startswith("{"):
+    if not arguments.startswith("{") or ('"command"' not in arguments and '"cmd"' not in arguments):
         return None
+    return _shell_script(arguments)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shell_script(arguments: str) -> str | None:
+    plain = _PLAIN_COMMAND.match(arguments)
+    if plain is not None:  # compact JSON whose command has no escapes: no decoding needed
+        return plain.group(1)
+    return _decoded_script(arguments)
+
+
+def _decoded_script(arguments: str) -> str | None:
     try:
         decoded = json.loads(arguments)
     except (ValueError, RecursionError):
@@ -219,6 +252,13 @@ def shell_script(arguments: str) -> str | None:
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             return _argv_script(value)
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def call_heads(arguments: str) -> tuple[str, ...]:
+    """The heads of a shell call's script (see `script_heads`); () for another tool's call."""
+    script = shell_script(arguments)
+    return _script_heads(script[:MAX_SCRIPT_CHARS]) if script is not None else ()
 
 
 def command_head(tool: str, arguments: str, error: str = "") -> str:
@@ -236,9 +276,19 @@ def command_head(tool: str, arguments: str, error: str = "") -> str:
 def script_heads(script: str) -> list[str]:
     """The head of each part of a shell script that does real work, in order (setup parts such
     as `cd x` only when nothing else is there)."""
+    return list(_script_heads(script[:MAX_SCRIPT_CHARS]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _script_heads(script: str) -> tuple[str, ...]:
+    """`script_heads`, remembered: agents run the same commands over and over."""
+    if _PLAIN_SCRIPT.match(script):
+        parts: Iterable[str] = _SEPARATORS.split(script) if _CHAINED.search(script) else [script]
+    else:
+        parts = _parts(script)
     heads: list[str] = []
     setup: list[str] = []
-    for part in _parts(script[:MAX_SCRIPT_CHARS]):
+    for part in parts:
         head = _part_head(part)
         if head is None:
             continue
@@ -246,7 +296,7 @@ def script_heads(script: str) -> list[str]:
             setup.append(head)
         elif head not in heads:
             heads.append(head)
-    return heads or setup[:1]
+    return tuple(heads or setup[:1])
 
 
 def attribute(heads: list[str], error: str) -> str:
@@ -278,43 +328,44 @@ def first_error_line(text: str) -> str:
         if line.startswith(_TRACEBACK):
             window = lines[index + 1 : index + MAX_SCAN_LINES]
             raised = [x for x in window if _EXCEPTION_LINE.match(x)]
-            return raised[-1] if raised else line
+            return (raised[-1] if raised else line)[:MAX_LINE_CHARS]
     for line in lines[:MAX_SCAN_LINES]:
         if ERRORISH.search(line):
-            return line
-    return lines[0]
+            return line[:MAX_LINE_CHARS]
+    return lines[0][:MAX_LINE_CHARS]
 
 
 def exit_code_of(text: str) -> int | None:
     """The exit code a result's banner states (Claude Code `Exit code N`, Codex `Process exited
     with code N` / `Exit code: N`), else None."""
-    for line in text[:600].splitlines()[:8]:
-        line = line.strip().removeprefix("[error]").strip()
-        match = _CLAUDE_EXIT.match(line) or re.match(
-            r"^(?:Process exited with code|Exit code:) (-?\d+)\s*$", line
-        )
-        if match:
-            return int(match.group(1))
-    return None
+    match = _EXIT_LINE.search(text[:600])
+    return int(match.group(1)) if match else None
 
 
 def normalise_error(text: str, cwd: str | None, branch: str | None = None) -> str:
     """One error line with what differs between sessions replaced: the working directory,
     the branch, URLs, UUIDs, paths, file names, hashes, branch names, numbers."""
-    line = text[:2000]
+    # Each pattern runs only where the line holds what it replaces: this runs per failure.
+    line = text[:MAX_LINE_CHARS]
     if cwd and len(cwd) > 1:
         line = line.replace(cwd.rstrip("/"), "<cwd>")
-    if branch and len(branch) > 1:
+    if branch and len(branch) > 1 and branch in line:
         line = re.sub(rf"(?<![\w/-]){re.escape(branch)}(?![\w/-])", "<branch>", line)
-    line = _URL.sub("<url>", line)
-    line = _UUID.sub("<id>", line)
-    line = _BRANCH.sub(_branch_placeholder, line)
-    line = _PATH.sub(_path_placeholder, line)
-    line = _FILE.sub("<file>", line)
-    line = _HASH.sub("<hash>", line)
-    line = _NUMBER.sub("<n>", line)
-    line = _SPACES.sub(" ", line).strip()
-    return line[:MAX_ERROR_CHARS]
+    if "://" in line:
+        line = _URL.sub("<url>", line)
+    has_digit = _DIGIT.search(line) is not None
+    if has_digit and "-" in line:
+        line = _UUID.sub("<id>", line)
+    lowered = line.lower()
+    if any(word in lowered for word in _BRANCH_HINTS):
+        line = _BRANCH.sub(_branch_placeholder, line)
+    if "/" in line:
+        line = _PATH.sub(_path_placeholder, line)
+    if "." in line:
+        line = _FILE.sub("<file>", line)
+    if has_digit:
+        line = _NUMBER.sub("<n>", _HASH.sub("<hash>", line))
+    return " ".join(line.split())[:MAX_ERROR_CHARS]
 
 
 def signature(tool: str, command: str, error: str) -> str:
@@ -369,7 +420,7 @@ def _part_head(part: str) -> str | None:
     if not words:
         return None
     program = words[0].rstrip(")").rsplit("/", 1)[-1]
-    if not program or not re.match(r"^[\w.+\[-]", program):
+    if not program or not _PROGRAM.match(program):
         return None
     arguments = words[1:]
     if program in SHELLS:
@@ -410,11 +461,22 @@ def _inline_script(arguments: list[str]) -> str | None:
 
 
 def _words(part: str) -> list[str]:
-    part = part.strip()
-    try:
-        return shlex.split(part)
-    except ValueError:
-        return part.split()
+    """The first shell words (what a head is made of), quotes removed; a cut or unbalanced
+    quote ends its word at the end."""
+    part = part[:MAX_PART_CHARS]
+    if not _NEEDS_QUOTING.search(part):
+        return part.split()[:MAX_WORDS]
+    return [_unquote(word) for word in _WORD.findall(part)[:MAX_WORDS]]
+
+
+def _unquote(word: str) -> str:
+    if "'" not in word and '"' not in word and "\\" not in word:
+        return word
+    return "".join(
+        piece[1:-1] if len(piece) > 1 and piece[0] == piece[-1] and piece[0] in "'\"" else
+        piece.lstrip("'\"").replace("\\", "")
+        for piece in _QUOTED_PIECE.findall(word)
+    )  # fmt: skip
 
 
 def _argv_script(argv: list[str]) -> str:
@@ -437,7 +499,12 @@ def _cut_json_command(arguments: str) -> str | None:
 
 def _body_lines(text: str) -> list[str]:
     # Some hooks print escaped newlines: they separate lines all the same.
-    text = _TAG.sub("", text[:20000]).replace("\\n", "\n").strip()
+    text = text[:MAX_BODY_CHARS]
+    if "tool_use_error>" in text:
+        text = _TAG.sub("", text)
+    if "\\n" in text:
+        text = text.replace("\\n", "\n")
+    text = text.strip()
     text = text.removeprefix("[error]").strip()
     lines = [line.strip() for line in text.splitlines()]
     while lines and (not lines[0] or _CLAUDE_EXIT.match(lines[0]) or _CODEX_HEADER.match(lines[0])):

@@ -10,6 +10,7 @@ messages start at index 0) is numbered below zero: it never collides with a wind
 from __future__ import annotations
 
 import fnmatch
+import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -25,50 +26,95 @@ class SessionFacts(NamedTuple):
     first_ts: str  # ISO UTC of the session's first message (or when it was first seen)
 
 
+class ReadRecord(NamedTuple):
+    """What one read of a session showed."""
+
+    facts: SessionFacts
+    runs: Sequence[ToolRun]
+    failures: Sequence[Failure]
+
+
 def record_read(
     conn: sqlite3.Connection,
     facts: SessionFacts,
     runs: Sequence[ToolRun],
     failures: Sequence[Failure],
 ) -> None:
-    """Record what one read of a session showed, and resolve earlier failures of the session
-    that a successful run of this read answers. Idempotent per (session, seq)."""
-    conn.execute(
+    """Record what one read of a session showed (see `record_reads`)."""
+    record_reads(conn, [ReadRecord(facts, runs, failures)])
+
+
+def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
+    """Record what reads of sessions showed, and resolve each session's earlier failures that
+    a successful run of its read answers. Idempotent per (session, seq) for failures; a run is
+    counted each time it is recorded. One statement per table for all the reads: a tick
+    records every read it makes, and a statement costs more than the rows it writes."""
+    if not reads:
+        return
+    conn.executemany(
         "INSERT INTO effect_sessions(session, source, library, repository, first_ts)"
         " VALUES (?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
         " library = COALESCE(excluded.library, library),"
         " repository = COALESCE(excluded.repository, repository),"
         " first_ts = MIN(first_ts, excluded.first_ts)",
-        facts,
+        [read.facts for read in reads],
     )
-    if not runs and not failures:
+    counts: dict[tuple[str, str], list[Any]] = {}
+    last_ok: dict[tuple[str, str], int] = {}
+    first_seq: dict[str, int] = {}
+    for read in reads:
+        session = read.facts.session
+        for run in read.runs:
+            key = (session, run.command)
+            entry = counts.setdefault(key, [0, 0, run.ts])
+            entry[0 if run.ok else 1] += 1
+            if run.ts is not None and (entry[2] is None or run.ts < entry[2]):
+                entry[2] = run.ts
+            if run.ok and run.seq > last_ok.get(key, run.seq - 1):
+                last_ok[key] = run.seq
+            if run.seq < first_seq.get(session, run.seq + 1):
+                first_seq[session] = run.seq
+    if counts:
+        conn.executemany(
+            "INSERT INTO effect_runs(session, command, ok, failed, first_ts)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(session, command) DO UPDATE SET"
+            " ok = ok + excluded.ok, failed = failed + excluded.failed,"
+            " first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts)",
+            [(*key, ok, failed, ts) for key, (ok, failed, ts) in counts.items()],
+        )
+    failures = [
+        (read.facts.session, *f[:8], int(f.resolved)) for read in reads for f in read.failures
+    ]
+    if failures:
+        conn.executemany(
+            "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, error,"
+            " signature, class, exit_code, resolved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            failures,
+        )
+    _resolve_earlier(conn, first_seq, last_ok)
+
+
+def _resolve_earlier(
+    conn: sqlite3.Connection, first_seq: dict[str, int], last_ok: dict[tuple[str, str], int]
+) -> None:
+    """Failures of earlier reads that a success of these reads resolves (a read's own are
+    resolved by `extract`)."""
+    if not last_ok:
         return
-    counts: dict[str, list[Any]] = {}
-    for run in runs:
-        entry = counts.setdefault(run.command, [0, 0, run.ts])
-        entry[0 if run.ok else 1] += 1
-        if run.ts is not None and (entry[2] is None or run.ts < entry[2]):
-            entry[2] = run.ts
-    conn.executemany(
-        "INSERT INTO effect_runs(session, command, ok, failed, first_ts) VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT(session, command) DO UPDATE SET ok = ok + excluded.ok,"
-        " failed = failed + excluded.failed,"
-        " first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts)",
-        [(facts.session, command, ok, failed, ts) for command, (ok, failed, ts) in counts.items()],
-    )
-    conn.executemany(
-        "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, error,"
-        " signature, class, exit_code, resolved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(facts.session, *f[:8], int(f.resolved)) for f in failures],
-    )
-    last_ok: dict[str, int] = {}
-    for run in runs:
-        if run.ok:
-            last_ok[run.command] = max(run.seq, last_ok.get(run.command, run.seq))
+    pending = conn.execute(
+        "SELECT DISTINCT session, command, seq FROM effect_failures WHERE resolved = 0"
+        " AND session IN (SELECT value FROM json_each(?))",
+        (json.dumps(sorted({session for session, _ in last_ok})),),
+    ).fetchall()
+    resolved = [
+        (session, command, last_ok[(session, command)])
+        for session, command, seq in pending
+        if seq < first_seq[session] and (session, command) in last_ok
+    ]
     conn.executemany(
         "UPDATE effect_failures SET resolved = 1"
         " WHERE session = ? AND command = ? AND seq < ? AND resolved = 0",
-        [(facts.session, command, seq) for command, seq in last_ok.items()],
+        sorted(set(resolved)),
     )
 
 

@@ -35,7 +35,7 @@ import anyio
 from skilld.app import App
 from skilld.config import backfill_cutoff
 from skilld.effect.record import record_backfill, record_session_read, window_history
-from skilld.effect.store import record_loads
+from skilld.effect.store import ReadRecord, record_loads, record_reads
 from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
 from skilld.evolve._judge import (
     Failed,
@@ -235,6 +235,7 @@ class Evolver:
         now = self.clock()
         signals: list[tuple[SkillSignal, str, str | None]] = []  # (signal, session, cwd)
         library = self.app.libraries[binding.library]
+        recorded: list[ReadRecord] = []  # for the effect tables, written at once
         with state.transaction():
             for read in scan.reads:
                 session = state.session(read.session) or SessionState(
@@ -260,6 +261,7 @@ class Evolver:
                     first_seq=held.end,
                     observed=self._observe(cwd),
                     now=now,
+                    batch=recorded,
                 )
                 if read.messages:
                     encoded = [encode_message(m) for m in read.messages]
@@ -276,6 +278,7 @@ class Evolver:
                 dirs = self._skills_dirs(library, session.cwd)
                 found = skill_signals(read, list(dirs))
                 signals += [(signal, read.session, session.cwd) for signal in found]
+            record_reads(state.conn, recorded)
             gone = cursors.keys() - scan.seen
             if gone:
                 for key in state.forget_sessions(sid, gone):
