@@ -313,8 +313,8 @@ def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, f
     finally:
         server.terminate()
         server.wait()
-    what = "read and reflect" if reflect else "read"
-    return f"{what} {count:,} sessions with failures (CPU)", min(with_recording), min(without)
+    what = "read+reflect" if reflect else "read"
+    return f"{what} {count:,} failing sessions, CPU", min(with_recording), min(without)
 
 
 def rss_row(count: int) -> tuple[str, float]:
