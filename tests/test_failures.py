@@ -404,3 +404,25 @@ def test_the_store_keeps_one_row_per_message_and_forgets_a_replaced_tail(tmp_pat
         assert store.window_failures(conn, "jsonl:s", 0, 99) == found.failures[:1]
         runs = conn.execute("SELECT command, failed FROM effect_runs ORDER BY command")
         assert [tuple(row) for row in runs] == [("make a", 2), ("make b", 2)]
+
+
+def test_a_codex_command_left_running_is_reported_by_the_poll_that_ends_it() -> None:
+    running = (
+        "Chunk ID: a\nWall time: 1.0 seconds\nProcess running with session ID 48230\nOutput:\n"
+    )
+    ended = "Chunk ID: b\nProcess exited with code 2\nOutput:\nrg: src: No such file"
+    messages = [
+        Message("assistant", "", (ToolCall("exec_command", bash("rg -n x src"), "e1"),)),
+        Message("tool", running, tool_call_id="e1", tool_name="exec_command"),
+        Message(
+            "assistant", "", (ToolCall("write_stdin", '{"session_id":48230,"chars":""}', "w1"),)
+        ),
+        Message(
+            "tool", ended, tool_call_id="w1", tool_name="write_stdin", failed=True, exit_code=2
+        ),
+    ]
+    found = extract(messages, 0)
+    assert [(r.tool, r.command, r.ok) for r in found.runs] == [("exec_command", "rg", False)]
+    assert [(f.seq, f.signature) for f in found.failures] == [
+        (3, "exec_command | rg | rg: src: No such file")
+    ]

@@ -82,6 +82,11 @@ _POLICY = (
     "has been denied",
 )
 _HOOK_WORD = re.compile(r"\bhooks?\b")
+#: Codex's unified exec: a command that outlives its call keeps running in a session that
+#: `write_stdin` polls.
+POLL_TOOL = "write_stdin"
+_RUNNING = re.compile(r"^Process running with session ID (\d+)", re.MULTILINE)
+_POLLED_SESSION = re.compile(r'"session_id":\s*(\d+)')
 _TOOL_USE_ERROR = "<tool_use_error>"
 _CLAUDE_BANNER = re.compile(r"^(\[error\]\s*)?Exit code -?\d+", re.IGNORECASE)
 TEST_HEADS = frozenset(
@@ -140,11 +145,14 @@ class Extraction(NamedTuple):
 def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = None) -> Extraction:
     """The runs and failures of `messages`, the session's messages `first_seq ..`.
 
-    A result whose call was read earlier (another read) is named by its tool alone."""
+    A result whose call was read earlier (another read) is named by its tool alone. A Codex
+    command left running ("Process running with session ID N") is no run yet: the
+    `write_stdin` call that polls it later reports its outcome, as that command's."""
     calls: dict[str, ToolCall] = {}
     runs: list[ToolRun] = []
     failures: list[Failure] = []
     failed_this_turn: set[str] = set()
+    running: dict[str, ToolCall] = {}  # Codex: a process left running, by its session id
     for offset, message in enumerate(messages):
         if message.role == "user":
             failed_this_turn = set()
@@ -157,8 +165,13 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         if message.role != "tool":
             continue
         called = calls.pop(message.tool_call_id, None) if message.tool_call_id else None
-        tool = message.tool_name or (called.name if called is not None else "tool")
+        called = _polled_command(called, running)
+        named = message.tool_name if message.tool_name != POLL_TOOL else None
+        tool = named or (called.name if called is not None else "tool")
         arguments = called.arguments if called is not None else ""
+        if called is not None and (process := _RUNNING.search(message.text[:400])):
+            running[process.group(1)] = called  # still running: its outcome comes later
+            continue
         seq = first_seq + offset
         ts = utc_iso(message.timestamp)
         if message.failed is not True:
@@ -171,6 +184,14 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         failures.append(failure)
         runs.append(ToolRun(seq, ts, tool, failure.command, False))
     return Extraction(runs, resolve(failures, runs))
+
+
+def _polled_command(called: ToolCall | None, running: dict[str, ToolCall]) -> ToolCall | None:
+    """The command a Codex `write_stdin` call polls (by its session id), else the call."""
+    if called is None or called.name != POLL_TOOL:
+        return called
+    polled = _POLLED_SESSION.search(called.arguments)
+    return running.get(polled.group(1), called) if polled else called
 
 
 def utc_iso(timestamp: str | None) -> str | None:
