@@ -260,6 +260,11 @@ def _check_curator(curator: CuratorConfig) -> None:
         )
 
 
+class EffectConfig(NamedTuple):
+    #: After-exposures a skill needs before its verdict is more than `too-early`.
+    min_exposures: Positive = 10
+
+
 class LogConfig(NamedTuple):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -275,6 +280,7 @@ class Config(NamedTuple):
     web: WebConfig
     llm: LLMConfig
     curator: CuratorConfig
+    effect: EffectConfig
     log: LogConfig
     #: Where the file came from (None: built-in defaults only).
     path: Path | None
@@ -290,6 +296,7 @@ SECTIONS: dict[str, Any] = {
     "web": WebConfig,
     "llm": LLMConfig,
     "curator": CuratorConfig,
+    "effect": EffectConfig,
     "log": LogConfig,
 }
 
