@@ -43,6 +43,7 @@ GROUPS: dict[str, str] = {
     "sync": "sync",
     "web": "web",
     "failures": "failures",
+    "effect": "effect",
 }
 
 Handler = Callable[["App", argparse.Namespace], int]

@@ -193,7 +193,21 @@ def effect(
         "uses_by_day": uses_by_day(record),
         "versions": versions,
         "current": current_version(versions, on_disk),
+        "outcome": effect_outcome(app, library.name, name),
     }
+
+
+def effect_outcome(app: App, library: str, name: str) -> dict[str, Any] | None:
+    """The skill's `skilld effect --json` row; None for a skill skilld did not learn."""
+    from skilld.effect.report import effect_records
+
+    records = effect_records(
+        app.state.conn,
+        [library],
+        min_exposures=app.config.effect.min_exposures,
+        names=[(library, name)],
+    )
+    return records[0].row() if records else None
 
 
 def learned_on_text(git: Mapping[str, Any]) -> str:

@@ -16,8 +16,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from skilld.effect.measure import History, Measured, SessionFacts, SourceFailure, Version, measure
-from skilld.effect.verdict import Outcome, judge
+from skilld.effect.measure import (
+    History,
+    Measured,
+    SessionFacts,
+    SourceFailure,
+    Version,
+    measure,
+    source_failures,
+)
+from skilld.effect.verdict import Outcome, Pooled, judge, pool
 
 #: The events that wrote a version of a skill from a window.
 LEARNING_KINDS = ("created", "updated", "merged")
@@ -112,6 +120,82 @@ def effect_rows(
 ) -> list[dict[str, Any]]:
     """`skilld effect --json`: one row per learned skill."""
     return [record.row() for record in effect_records(conn, libraries, min_exposures=min_exposures)]
+
+
+def pooled(records: Iterable[SkillEffect]) -> Pooled:
+    """The library-level figure: failures per 100 exposures before and after, every skill
+    learned from a failure pooled."""
+    return pool(record.measured.counts for record in records)
+
+
+def covering_skills(
+    conn: sqlite3.Connection, libraries: Sequence[str]
+) -> dict[str, list[tuple[str, str]]]:
+    """signature -> the (library, name) of each skill learned from it (its version's source
+    window showed it resolved, real or hook)."""
+    skills = _skills(conn, libraries)
+    versions = _versions(conn, skills)
+    failures = _window_failures(conn, sorted({v.session for vs in versions.values() for v in vs}))
+    covered: dict[str, list[tuple[str, str]]] = {}
+    for key in sorted(versions):
+        own = versions[key]
+        windows = [f for v in own for f in failures.get(v.session, ())]
+        for _, failure in source_failures(own, windows):
+            covered.setdefault(failure.signature, []).append(key)
+    return covered
+
+
+def uncovered_recurring(
+    conn: sqlite3.Connection, libraries: Sequence[str], *, since: str | None = None
+) -> list[dict[str, Any]]:
+    """Recurring failures no skill covers: each real/hook signature that failed in two or more
+    sessions of one repository (or of no known repository), with no skill of `libraries`
+    learned from it; with `since` (ISO), only those that failed again since then. Most
+    sessions first."""
+    covered = covering_skills(conn, libraries)
+    rows = conn.execute(
+        "SELECT f.signature, s.repository, COUNT(DISTINCT f.session), COUNT(*),"
+        " MIN(f.tool), MIN(f.command), MIN(f.error), MAX(COALESCE(f.ts, s.first_ts))"
+        " FROM effect_failures AS f JOIN effect_sessions AS s ON s.session = f.session"
+        " WHERE f.class IN ('real', 'hook')"
+        " GROUP BY f.signature, s.repository HAVING COUNT(DISTINCT f.session) >= 2"
+    ).fetchall()
+    cutoff = instant(since)
+    found = []
+    for signature, repository, sessions, occurrences, tool, command, error, last in rows:
+        if signature in covered:
+            continue
+        last_seen = instant(last)
+        if cutoff is not None and (last_seen is None or last_seen < cutoff):
+            continue
+        found.append(
+            {
+                "signature": signature,
+                "repository": repository,
+                "tool": tool,
+                "command": command,
+                "error": error,
+                "sessions": sessions,
+                "occurrences": occurrences,
+                "last_seen": _seconds(last_seen),
+            }
+        )
+    found.sort(key=lambda row: (-row["sessions"], row["signature"], row["repository"] or ""))
+    return found
+
+
+def stopped_recurring(records: Iterable[SkillEffect], *, since: str) -> list[SkillEffect]:
+    """Skills whose failure had happened before them and has not come back since, with an
+    exposure since `since` (ISO): the failures that stopped recurring."""
+    cutoff = instant(since) or since
+    return [
+        record
+        for record in records
+        if record.measured.counts.before_failures > 0
+        and record.measured.counts.after_failures == 0
+        and record.measured.last_exposure is not None
+        and record.measured.last_exposure >= cutoff
+    ]
 
 
 def _json_list(values: Iterable[str]) -> str:
