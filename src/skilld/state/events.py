@@ -52,6 +52,9 @@ EVENT_KINDS = frozenset(
         "sync_refused",
         # the state dir was open to other users: its modes were set to its owner's alone
         "permissions_repaired",
+        # a skill's effect (DESIGN.md §13): its failure came back; its verdict moved
+        "failure_recurred",
+        "verdict_changed",
     }
 )
 
