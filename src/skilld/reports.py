@@ -21,6 +21,7 @@ from skilld.errors import Failure, UsageError
 
 if TYPE_CHECKING:
     from skilld.app import App
+    from skilld.effect.report import SkillEffect
     from skilld.gitinfo import GitContext
     from skilld.skills.library import Library
 
@@ -180,6 +181,7 @@ def effect(
         record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
+    measured = effect_records(app, [library.name], names=[(library.name, name)])
     versions = numbered_versions(
         app.state.events(kinds=VERSION_KINDS, skill=name, library=library.name)
     )
@@ -193,21 +195,76 @@ def effect(
         "uses_by_day": uses_by_day(record),
         "versions": versions,
         "current": current_version(versions, on_disk),
-        "outcome": effect_outcome(app, library.name, name),
+        "outcome": measured[0].row() if measured else None,
+        "recurrences": recurrence_rows(app, measured[0]) if measured else [],
     }
 
 
-def effect_outcome(app: App, library: str, name: str) -> dict[str, Any] | None:
-    """The skill's `skilld effect --json` row; None for a skill skilld did not learn."""
-    from skilld.effect.report import effect_records
+def effect_records(
+    app: App,
+    libraries: list[str] | None = None,
+    *,
+    names: list[tuple[str, str]] | None = None,
+) -> list[SkillEffect]:
+    """Each learned skill's effect (`skilld effect`), in `libraries` or in every library."""
+    from skilld.effect.report import effect_records as records_of
 
-    records = effect_records(
-        app.state.conn,
-        [library],
-        min_exposures=app.config.effect.min_exposures,
-        names=[(library, name)],
+    if libraries is None:
+        libraries = [library.name for library in app.all_libraries()]
+    return records_of(
+        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures, names=names
     )
-    return records[0].row() if records else None
+
+
+def effect_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
+    """`skilld effect --json` and `/api/effect`: one row per learned skill of `library`
+    (`--library`), or of every library."""
+    chosen = [app.select(library).name] if library is not None else None
+    return [record.row() for record in effect_records(app, chosen)]
+
+
+def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
+    """Where a learned skill's failure came back (oldest first), each with the id of the
+    `failure_recurred` event that recorded it (None until the daemon has)."""
+    recorded = {
+        (event.session, event.detail.get("signature")): event.id
+        for event in app.state.events(
+            kinds=("failure_recurred",), skill=record.name, library=record.library
+        )
+    }
+    return [
+        {
+            "signature": r.signature,
+            "session": r.session,
+            "started": r.first_ts[:19] + "+00:00",
+            "loaded": r.loaded,
+            "event": recorded.get((r.session, r.signature)),
+        }
+        for r in record.measured.recurrences
+    ]
+
+
+def effect_week(app: App, days: int = 7) -> dict[str, Any]:
+    """The overview's learning of the last `days` days: skills created and updated, failures
+    that stopped recurring (a skill's failure, seen before it, not again in the sessions
+    since), and recurring failures no skill covers that failed again."""
+    from skilld.effect.report import pooled, stopped_recurring, uncovered_recurring
+    from skilld.state import utc_now_iso
+
+    since = utc_now_iso(time.time() - days * 86400)
+    records = effect_records(app)
+    names = [lib.name for lib in app.all_libraries()]
+    learned = app.state.events(kinds=("created", "updated"), since=since)
+    figure = pooled(records)
+    return {
+        "since": since,
+        "created": sum(event.kind == "created" for event in learned),
+        "updated": sum(event.kind == "updated" for event in learned),
+        "stopped": [record.row() for record in stopped_recurring(records, since=since)],
+        "uncovered": uncovered_recurring(app.state.conn, names, since=since),
+        "before_per_100": figure.before_per_100,
+        "after_per_100": figure.after_per_100,
+    }
 
 
 def learned_on_text(git: Mapping[str, Any]) -> str:

@@ -12,16 +12,13 @@ if TYPE_CHECKING:
 
 
 def cmd_effect(app: App, args: argparse.Namespace) -> int:
-    from skilld.effect.report import effect_records, pooled
+    from skilld.effect.report import pooled
+    from skilld.reports import effect_records, effect_rows
 
-    chosen = [app.select(args.library)] if args.library else app.all_libraries()
-    libraries = [library.name for library in chosen]
-    records = effect_records(
-        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
-    )
     if args.json:
-        print_json_line([record.row() for record in records])
+        print_json_line(effect_rows(app, args.library))
         return 0
+    records = effect_records(app, [app.select(args.library).name] if args.library else None)
     if not records:
         print("no learned skills")
         return 0

@@ -146,6 +146,7 @@ class Panel:
                     title="LLM tokens per day",
                 ),
                 "kept": app.state.kept_proposals(),
+                "week": reports.effect_week(app),
             }
 
         return self.page("overview.html", title="Overview", **await self.with_app(build))
@@ -180,6 +181,15 @@ class Panel:
                     for skill in skills
                 ]
                 shown = sort_rows(rows, sort)[start : start + PAGE_SIZE]
+            shown_names = [(row["library"], row["name"]) for row in shown]
+            verdicts = {
+                (record.library, record.name): record.outcome.verdict
+                for record in reports.effect_records(
+                    app, [lib.name for lib in chosen], names=shown_names
+                )
+            }
+            for row in shown:
+                row["verdict"] = verdicts.get((row["library"], row["name"]))
             return {"rows": shown, "total": len(skills), "pages": pages, "libraries": libraries}
 
         values = await self.with_app(build)
@@ -548,6 +558,13 @@ class Panel:
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
 
+    async def api_effect(self, request: Request) -> Response:
+        library = request.query_params.get("library")
+        try:
+            return JSON(await self.with_app(lambda app: reports.effect_rows(app, library)))
+        except UsageError as exc:
+            return JSON({"error": str(exc)}, 400)
+
 
 class _Refusal(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -656,6 +673,7 @@ def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starle
         Route("/api/events", panel.api_events),
         Route("/api/review", panel.api_review),
         Route("/api/failures", panel.api_failures),
+        Route("/api/effect", panel.api_effect),
         Route("/api/{rest:path}", panel.api_unknown, methods=["GET", "HEAD", "POST"]),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
