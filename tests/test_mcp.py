@@ -17,6 +17,7 @@ import yaml
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
+from skilld.effect.report import NO_WINDOW
 from skilld.mcp_server import PROTOCOL_VERSIONS, TOOLS, handle
 from skilld.skills.usage import UsageStore
 from skilld.state import StateDB
@@ -252,7 +253,10 @@ def test_it_speaks_json_rpc_on_stdio_without_the_mcp_sdk(
     assert by_id[5]["error"]["code"] == -32601
     assert by_id[6]["error"]["code"] == -32602
     assert answers[7]["error"]["code"] == -32600
-    assert "description: Go." in by_id[8]["result"]["content"][0]["text"]
+    viewed = by_id[8]["result"]["content"][0]["text"]
+    assert "description: Go." in viewed
+    # A skill written through a tool has no session window: its effect says so.
+    assert viewed.endswith("\n\nskilld effect: no-failure: " + NO_WINDOW + "\n")
     assert by_id[9]["error"]["code"] == -32602
     assert (workspace.skills / "go" / "SKILL.md").is_file()
 

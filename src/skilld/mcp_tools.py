@@ -100,7 +100,23 @@ class SkillTools:
                 raise Refused(f"{entry.name} is broken: {entry.error}")
             text = entry.text()
             library.usage.bump(entry.name, "view")
-        return text
+            verdict = self._verdict_line(library, entry.name)
+        return text if verdict is None else f"{text.rstrip()}\n\n{verdict}\n"
+
+    def _verdict_line(self, library: Library, name: str) -> str | None:
+        """`skilld effect: <verdict>: <evidence>` for a skill skilld learned, else None."""
+        from skilld.effect.report import effect_records
+
+        records = effect_records(
+            library.state.conn,
+            [library.name],
+            min_exposures=self.config.effect.min_exposures,
+            names=[(library.name, name)],
+        )
+        if not records:
+            return None
+        outcome = records[0].outcome
+        return f"skilld effect: {outcome.verdict}: {outcome.evidence}"
 
     @contextlib.contextmanager
     def _library(self) -> Iterator[Library]:

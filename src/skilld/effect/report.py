@@ -30,6 +30,9 @@ from skilld.effect.verdict import Outcome, Pooled, judge, pool
 #: The events that wrote a version of a skill from a window.
 LEARNING_KINDS = ("created", "updated", "merged")
 
+#: The evidence of a skill written by a person or an agent's tool, from no session window.
+NO_WINDOW = "written from no session window (by hand or by a tool): nothing to measure"
+
 
 class SkillEffect(NamedTuple):
     library: str
@@ -109,9 +112,11 @@ def effect_records(
         own = versions.get(key, [])
         windows = [f for v in own for f in failures.get(v.session, ())]
         measured = measure(key[0], key[1], own, windows, history)
-        if measured.since is None:
+        outcome = judge(measured.counts, min_exposures)
+        if not own:
             measured = measured._replace(since=skills[key])
-        records.append(SkillEffect(key[0], key[1], measured, judge(measured.counts, min_exposures)))
+            outcome = outcome._replace(evidence=NO_WINDOW)
+        records.append(SkillEffect(key[0], key[1], measured, outcome))
     return records
 
 
