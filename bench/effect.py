@@ -1,0 +1,206 @@
+"""`skilld effect --json` against `skilld skills list --json` over the same library.
+
+Run: `python bench/effect.py [--skills 10000] [--failures 1000000] [--runs 3]`, or
+`python bench/effect.py --smoke` (100 skills, 10,000 failures, one run: seconds).
+
+The library holds `--skills` managed skills (rendered files, provenance, a usage record each,
+and the `created` event naming the window each was learned from). state.db holds what ticks
+record (`skilld.effect.store`'s tables) for `--failures` failing tool calls: sessions of one
+agent over a year in 50 repositories, each running 16 of 1,000 command heads and failing 8
+times (real, hook, test, benign ...), and loading two skills. Each skill was learned from one
+session's window that showed its signature fail and resolve; the skills' signatures are among
+the failures every session draws, so each skill has exposures and recurrences before and
+after it.
+
+Both commands run in this process (`skilld.cli.main`: parser, config, read, JSON printed to
+a buffer), each the best of `--runs`, so the machine's other load weighs on both sides.
+Target: effect within 2x of skills list (exits 1 when it is not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from skilld import cli as skilld_cli
+from skilld.digest import sha256_hex
+from skilld.log import configure_logging
+from skilld.skills.document import SkillDoc, render_skill
+from skilld.skills.usage import UsageStore, format_timestamp, new_record
+from skilld.state import StateDB
+
+LIBRARY = "default"
+SOURCE = "claude-code"
+START = datetime(2025, 12, 1, tzinfo=UTC)
+COMMANDS = 1000
+REPOSITORIES = 50
+RUNS_PER_SESSION = 16
+FAILURES_PER_SESSION = 8
+CLASSES = ("real",) * 6 + ("hook", "test", "benign", "cascade")
+BODY = "1. Run `git push -u origin HEAD` on a new branch.\n2. Then push as usual.\n"
+
+
+def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
+    """The library, its usage sidecar, state.db and a config naming them; returns the config."""
+    rng = random.Random(seed)
+    skills_dir, state_dir = root / "skills", root / "state"
+    skills_dir.mkdir(parents=True)
+    sessions = max(skills, failures // FAILURES_PER_SESSION)
+    state = StateDB(state_dir / "state.db")
+    conn = state.conn
+    session_rows, run_rows, failure_rows, load_rows = [], [], [], []
+    # Each skill's signature belongs to one command; each command has several signatures.
+    skill_command = [index % COMMANDS for index in range(skills)]
+    by_command: dict[int, list[int]] = {}
+    for index, command in enumerate(skill_command):
+        by_command.setdefault(command, []).append(index)
+    span = 365 * 86400
+    for n in range(sessions):
+        key = f"{SOURCE}:s{n:07d}"
+        started = START + timedelta(seconds=span * n / sessions)
+        repository = f"github.com/acme/repo{n % REPOSITORIES}"
+        session_rows.append((key, SOURCE, LIBRARY, repository, started.isoformat()))
+        commands = rng.sample(range(COMMANDS), RUNS_PER_SESSION)
+        for seq, command in enumerate(commands):
+            run_rows.append((key, f"tool{command} run", 3, 1, started.isoformat()))
+        for seq, command in enumerate(commands[:FAILURES_PER_SESSION]):
+            owners = by_command.get(command)
+            if owners and rng.random() < 0.5:
+                signature = f"sig-{rng.choice(owners)}"
+            else:
+                signature = f"noise-{command}-{rng.randrange(20)}"
+            failure_rows.append(
+                (key, 100 + seq, started.isoformat(), "Bash", f"tool{command} run", signature,
+                 "error: <path> not found", rng.choice(CLASSES), 1, int(rng.random() < 0.8))
+            )  # fmt: skip
+        for _ in range(2):
+            load_rows.append((key, LIBRARY, f"skill-{rng.randrange(skills):05d}"))
+    records, events, provenance = {}, [], []
+    for index in range(skills):
+        name = f"skill-{index:05d}"
+        source = (index * sessions) // skills
+        key = f"{SOURCE}:s{source:07d}"
+        learned = START + timedelta(seconds=span * source / sessions + 3600)
+        command = f"tool{skill_command[index]} run"
+        failure_rows.append(
+            (key, 1, learned.isoformat(), "Bash", command, f"sig-{index}",
+             "fatal: no upstream", "real", 128, 1)
+        )  # fmt: skip
+        run_rows.append((key, command, 1, 1, learned.isoformat()))
+        doc = SkillDoc(
+            name=name,
+            description=f"How to push branch {index} the first time.",
+            when_to_use="When git push says there is no upstream branch.",
+            body=BODY,
+            metadata={"managed-by": "skilld", "version": "1"},
+        )
+        data = render_skill(doc, "dsh").encode()
+        folder = skills_dir / name
+        folder.mkdir()
+        (folder / "SKILL.md").write_bytes(data)
+        at = learned.isoformat(timespec="seconds")
+        git = {"repository": f"github.com/acme/repo{source % REPOSITORIES}", "branch": "main"}
+        provenance.append((LIBRARY, name, str(folder / "SKILL.md"), sha256_hex(data), key, 0, 9))
+        provenance[-1] += (at, at, json.dumps(git))
+        detail = json.dumps({"messages": [0, 9], "git": git, "version": 1})
+        events.append((at, "created", LIBRARY, name, key, SOURCE, "learned", detail))
+        record = new_record(learned, created_by="agent")
+        record.update(use_count=3, last_used_at=format_timestamp(learned))
+        records[name] = record
+    with state.transaction():
+        conn.executemany(
+            "INSERT OR IGNORE INTO effect_sessions VALUES (?, ?, ?, ?, ?)", session_rows
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO effect_runs(session, command, ok, failed, first_ts)"
+            " VALUES (?, ?, ?, ?, ?)",
+            run_rows,
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, signature,"
+            " error, class, exit_code, resolved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            failure_rows,
+        )
+        conn.executemany("INSERT OR IGNORE INTO effect_loads VALUES (?, ?, ?)", load_rows)
+        conn.executemany(
+            "INSERT INTO provenance(library, name, path, sha256, session, first_message,"
+            " last_message, created_at, updated_at, git) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            provenance,
+        )
+        conn.executemany(
+            "INSERT INTO events(ts, kind, library, skill, session, source, reason, detail)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            events,
+        )
+    state.conn.execute("ANALYZE")
+    state.close()
+    usage = UsageStore(skills_dir)
+    with usage.transaction() as current:
+        current.update(records)
+    usage.close()
+    config = root / "config.toml"
+    config.write_text(f'[skills]\ndir = "{skills_dir}"\n\n[state]\ndir = "{state_dir}"\n')
+    return config
+
+
+def command(config: Path, *args: str) -> Callable[[], None]:
+    line = ["--config", str(config), *args]
+
+    def run() -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if skilld_cli.main(line) != 0:
+                raise RuntimeError(f"skilld {' '.join(args)} failed")
+
+    return run
+
+
+def best_ms(run: Callable[[], None], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return 1000 * min(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--skills", type=int, default=10_000)
+    parser.add_argument("--failures", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (the best)")
+    parser.add_argument("--smoke", action="store_true", help="100 skills, 10,000 failures")
+    parser.add_argument("--dir", type=Path, help="where to build (default: a temp dir)")
+    args = parser.parse_args()
+    configure_logging("json", "error")
+    skills, failures = (100, 10_000) if args.smoke else (args.skills, args.failures)
+    runs = 1 if args.smoke else args.runs
+    base = Path(tempfile.mkdtemp(prefix="skilld-bench-effect-", dir=args.dir))
+    try:
+        start = time.perf_counter()
+        config = build(base, skills, failures)
+        print(f"built {skills:,} skills, {failures:,} failures in {time.perf_counter() - start:.1f}s")
+        listing = best_ms(command(config, "skills", "list", "--json"), runs)
+        effect = best_ms(command(config, "effect", "--json"), runs)
+        ratio = effect / listing
+        print(f"{'skills':>7} {'failures':>10} {'list ms':>8} {'effect ms':>10} {'ratio':>6}")
+        print(f"{skills:>7,} {failures:>10,} {listing:>8.1f} {effect:>10.1f} {ratio:>5.2f}x")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if ratio >= 2:
+        print(f"effect --json took {ratio:.2f}x skills list --json (target: under 2x)")
+        return 1 if not args.smoke else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
