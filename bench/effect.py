@@ -58,7 +58,10 @@ def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
     sessions = max(skills, failures // FAILURES_PER_SESSION)
     state = StateDB(state_dir / "state.db")
     conn = state.conn
-    session_rows, run_rows, failure_rows, load_rows = [], [], [], []
+    session_rows: list[tuple[str, str, str, str, str]] = []
+    run_rows: list[tuple[object, ...]] = []
+    failure_rows: list[tuple[object, ...]] = []
+    load_rows: list[tuple[str, str, str]] = []
     # Each skill's signature belongs to one command; each command has several signatures.
     skill_command = [index % COMMANDS for index in range(skills)]
     by_command: dict[int, list[int]] = {}
@@ -69,10 +72,12 @@ def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
         key = f"{SOURCE}:s{n:07d}"
         started = START + timedelta(seconds=span * n / sessions)
         repository = f"github.com/acme/repo{n % REPOSITORIES}"
-        session_rows.append((key, SOURCE, LIBRARY, repository, started.isoformat()))
+        stamp = started.isoformat(timespec="seconds")
+        session_rows.append((key, SOURCE, LIBRARY, repository, stamp))
+        facts = (SOURCE, repository, stamp)  # what record_read copies onto each row
         commands = rng.sample(range(COMMANDS), RUNS_PER_SESSION)
-        for seq, command in enumerate(commands):
-            run_rows.append((key, f"tool{command} run", 3, 1, started.isoformat()))
+        for command in commands:
+            run_rows.append((key, f"tool{command} run", 3, 1, stamp, *facts))
         for seq, command in enumerate(commands[:FAILURES_PER_SESSION]):
             owners = by_command.get(command)
             if owners and rng.random() < 0.5:
@@ -80,23 +85,27 @@ def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
             else:
                 signature = f"noise-{command}-{rng.randrange(20)}"
             failure_rows.append(
-                (key, 100 + seq, started.isoformat(), "Bash", f"tool{command} run", signature,
-                 "error: <path> not found", rng.choice(CLASSES), 1, int(rng.random() < 0.8))
+                (key, 100 + seq, stamp, "Bash", f"tool{command} run", signature,
+                 "error: <path> not found", rng.choice(CLASSES), 1, int(rng.random() < 0.8),
+                 *facts)
             )  # fmt: skip
         for _ in range(2):
             load_rows.append((key, LIBRARY, f"skill-{rng.randrange(skills):05d}"))
-    records, events, provenance = {}, [], []
+    records: dict[str, dict[str, object]] = {}
+    events: list[tuple[str, ...]] = []
+    provenance: list[tuple[object, ...]] = []
     for index in range(skills):
         name = f"skill-{index:05d}"
         source = (index * sessions) // skills
         key = f"{SOURCE}:s{source:07d}"
+        _, _, _, repository, stamp = session_rows[source]
         learned = START + timedelta(seconds=span * source / sessions + 3600)
-        command = f"tool{skill_command[index]} run"
+        head = f"tool{skill_command[index]} run"
         failure_rows.append(
-            (key, 1, learned.isoformat(), "Bash", command, f"sig-{index}",
-             "fatal: no upstream", "real", 128, 1)
+            (key, 1, stamp, "Bash", head, f"sig-{index}", "fatal: no upstream", "real",
+             128, 1, SOURCE, repository, stamp)
         )  # fmt: skip
-        run_rows.append((key, command, 1, 1, learned.isoformat()))
+        run_rows.append((key, head, 1, 1, stamp, SOURCE, repository, stamp))
         doc = SkillDoc(
             name=name,
             description=f"How to push branch {index} the first time.",
@@ -109,9 +118,11 @@ def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
         folder.mkdir()
         (folder / "SKILL.md").write_bytes(data)
         at = learned.isoformat(timespec="seconds")
-        git = {"repository": f"github.com/acme/repo{source % REPOSITORIES}", "branch": "main"}
-        provenance.append((LIBRARY, name, str(folder / "SKILL.md"), sha256_hex(data), key, 0, 9))
-        provenance[-1] += (at, at, json.dumps(git))
+        git = {"repository": repository, "branch": "main"}
+        provenance.append(
+            (LIBRARY, name, str(folder / "SKILL.md"), sha256_hex(data), key, 0, 9, at, at,
+             json.dumps(git))
+        )  # fmt: skip
         detail = json.dumps({"messages": [0, 9], "git": git, "version": 1})
         events.append((at, "created", LIBRARY, name, key, SOURCE, "learned", detail))
         record = new_record(learned, created_by="agent")
@@ -122,13 +133,14 @@ def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
             "INSERT OR IGNORE INTO effect_sessions VALUES (?, ?, ?, ?, ?)", session_rows
         )
         conn.executemany(
-            "INSERT OR IGNORE INTO effect_runs(session, command, ok, failed, first_ts)"
-            " VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO effect_runs(session, command, ok, failed, first_ts, source,"
+            " repository, session_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             run_rows,
         )
         conn.executemany(
             "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, signature,"
-            " error, class, exit_code, resolved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " error, class, exit_code, resolved, source, repository, session_ts)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             failure_rows,
         )
         conn.executemany("INSERT OR IGNORE INTO effect_loads VALUES (?, ?, ?)", load_rows)
@@ -188,7 +200,9 @@ def main() -> int:
     try:
         start = time.perf_counter()
         config = build(base, skills, failures)
-        print(f"built {skills:,} skills, {failures:,} failures in {time.perf_counter() - start:.1f}s")
+        print(
+            f"built {skills:,} skills, {failures:,} failures in {time.perf_counter() - start:.1f}s"
+        )
         listing = best_ms(command(config, "skills", "list", "--json"), runs)
         effect = best_ms(command(config, "effect", "--json"), runs)
         ratio = effect / listing

@@ -120,14 +120,12 @@ def test_exposures_keep_to_the_agent_and_repository(state: StateDB, clock: Clock
     record_session(state, "claude-code:z", day(12), failed=True)
     record_session(state, "claude-code:quiet", day(13), ran=False, loaded=("push-upstream",))
     record_session(state, "claude-code:old", day(2), failed=True)  # before the skill
-    (record,) = effect_records(state.conn, [LIBRARY], min_exposures=10)
+    (record,) = effect_records(state.conn, [LIBRARY], min_exposures=10, with_recurrences=True)
     counts = record.measured.counts
     assert (counts.after_exposures, counts.after_failures) == (1, 1)
     assert (counts.before_exposures, counts.before_failures) == (1, 1)
     assert counts.loaded_exposures == 0  # it loaded the skill but never pushed
-    assert [(r.session, r.loaded) for r in record.measured.recurrences] == [
-        ("claude-code:z", False)
-    ]
+    assert [(r.session, r.loaded) for r in record.recurrences] == [("claude-code:z", False)]
 
 
 def test_no_failure_and_unresolved_windows(state: StateDB, clock: Clock) -> None:

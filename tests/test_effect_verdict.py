@@ -9,7 +9,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from skilld.effect.measure import History, SessionFacts, SourceFailure, Version, measure
+from skilld.effect.measure import (
+    Anchor,
+    AnchorCounts,
+    SessionRun,
+    SourceFailure,
+    Version,
+    anchors_of,
+    combine,
+    learned_failures,
+    recurrences,
+)
 from skilld.effect.verdict import Counts, fisher_one_sided, judge, needs_revision, pool
 
 DAY0 = datetime(2026, 1, 1, 9, tzinfo=UTC)
@@ -17,7 +27,7 @@ DAY0 = datetime(2026, 1, 1, 9, tzinfo=UTC)
 
 def at(day: int) -> str:
     """Day `day` of the test's calendar, in the form the measure compares."""
-    return (DAY0 + timedelta(days=day)).isoformat(timespec="microseconds")
+    return (DAY0 + timedelta(days=day)).isoformat(timespec="seconds")
 
 
 def hypergeometric_tail(a: int, n1: int, c: int, n2: int) -> float:
@@ -112,107 +122,107 @@ def test_pooled_figure_sums_measured_skills_only() -> None:
     assert (pooled.before_per_100, pooled.after_per_100) == (37.5, 5.0)
 
 
-# -- counting over rows ----------------------------------------------------------------------
+# -- combining the counts -------------------------------------------------------------------
 
-SIG = "sig-push"
-
-
-def history_of(
-    sessions: dict[str, tuple[str, str | None, int]],
-    ran: dict[str, list[str]],
-    failed: dict[str, list[str]],
-    loads: list[str],
-) -> History:
-    facts = {
-        key: SessionFacts(source, repo, at(day)) for key, (source, repo, day) in sessions.items()
-    }
-    runs = [(session, command) for command, keys in ran.items() for session in keys]
-    failures = [(signature, session) for signature, keys in failed.items() for session in keys]
-    return History(facts, runs, failures, [("lib", "push-upstream", s) for s in loads])
+REPO = "github.com/acme/app"
 
 
-def test_exposures_recurrences_and_the_loaded_split() -> None:
-    repo = "github.com/acme/app"
-    sessions = {
-        "src": ("claude-code", repo, 40),  # the skill was learned here (day 40)
-        "b1": ("claude-code", repo, 10),
-        "b2": ("claude-code", repo, 20),
-        "b3": ("claude-code", repo, 30),
-        "a1": ("claude-code", repo, 50),
-        "a2": ("claude-code", repo, 51),
-        "a3": ("claude-code", repo, 52),
-        "a4": ("claude-code", repo, 53),
-        "quiet": ("claude-code", repo, 54),  # never ran git push: no exposure
-        "other-repo": ("claude-code", "github.com/acme/else", 55),
-        "other-agent": ("codex", repo, 56),
-    }
-    ran = {
-        "git push": ["src", "b1", "b2", "b3", "a1", "a2", "a3", "a4", "other-repo", "other-agent"],
-        "git status": ["quiet"],
-    }
-    failed = {SIG: ["src", "b1", "b3", "a2", "a4", "other-repo", "other-agent"]}
-    history = history_of(sessions, ran, failed, loads=["a1", "a2", "quiet"])
-    version = Version(at(41), "src", 5, 9, repo)
+def anchor(day_: int, *, signature: str = "sig-push", session: str = "src") -> Anchor:
+    return Anchor(signature, "real", "git push", "claude-code", REPO, at(day_), session)
+
+
+def run(
+    index: int, session: str, day_: int, *, failed: bool = False, repo: str = REPO
+) -> SessionRun:
+    return SessionRun(index, session, "claude-code", repo, at(day_), failed)
+
+
+def test_learned_failures_keep_resolved_real_and_hook_inside_the_window() -> None:
+    version = Version(at(41), "src", 5, 9, REPO)
     window = [
-        SourceFailure("src", 6, SIG, "real", "git push", True),
-        SourceFailure("src", 7, "sig-other", "test", "pytest", True),  # a red test: not counted
+        SourceFailure("src", 6, "sig-push", "real", "git push", True),
+        SourceFailure("src", 7, "sig-red", "test", "pytest", True),  # a red test: not counted
         SourceFailure("src", 8, "sig-lost", "real", "git rebase", False),  # never resolved
         SourceFailure("src", 12, "sig-late", "real", "make", True),  # outside the window
+        SourceFailure("src", 9, "sig-hook", "hook", "git commit", True),
     ]
-    measured = measure("lib", "push-upstream", [version], window, history)
-    assert measured.source_failures == [(SIG, "real", "git push")]
-    c = measured.counts
-    assert (c.before_exposures, c.before_failures) == (3, 2)
-    assert (c.after_exposures, c.after_failures) == (4, 2)
-    assert (c.loaded_exposures, c.loaded_failures) == (2, 1)
-    assert [(r.session, r.loaded) for r in measured.recurrences] == [("a2", True), ("a4", False)]
-    assert measured.since == at(41)
-    assert measured.last_exposure == at(53)
+    learned = learned_failures([version], window)
+    assert [failure.signature for _, failure in learned] == ["sig-push", "sig-hook"]
+    anchors = anchors_of([version], window, {"src": "claude-code"})
+    assert [a.command for a in anchors] == ["git push", "git commit"]
+    assert anchors_of([version], window, {}) == []  # a session state.db never recorded
 
 
-def test_without_a_repository_every_session_of_the_agent_counts() -> None:
-    sessions = {
-        "src": ("jsonl", None, 10),
-        "x": ("jsonl", "github.com/a/b", 20),
-        "y": ("jsonl", None, 21),
-        "z": ("codex", None, 22),
-    }
-    history = history_of(
-        sessions, {"make": ["src", "x", "y", "z"]}, {SIG: ["src", "x", "z"]}, loads=[]
-    )
-    window = [SourceFailure("src", 1, SIG, "hook", "make", True)]
-    measured = measure(
-        "lib", "push-upstream", [Version(at(11), "src", 0, 3, None)], window, history
-    )
-    assert (measured.counts.after_exposures, measured.counts.after_failures) == (2, 1)
-
-
-def test_a_skill_from_a_window_without_failure_measures_nothing() -> None:
-    history = history_of({"src": ("jsonl", None, 10)}, {}, {}, loads=[])
-    measured = measure("lib", "prefs", [Version(at(11), "src", 0, 3, None)], [], history)
-    assert measured.source_failures == []
-    assert judge(measured.counts, 10).verdict == "no-failure"
-
-
-def test_a_later_version_anchors_the_failure_it_learned() -> None:
-    sessions = {
-        "s1": ("jsonl", None, 10),
-        "s2": ("jsonl", None, 30),
-        "mid": ("jsonl", None, 20),
-        "late": ("jsonl", None, 40),
-    }
-    ran = {"make": ["s1", "mid", "late"], "git push": ["s2", "mid", "late"]}
-    failed = {"sig-make": ["s1", "mid"], SIG: ["s2", "mid", "late"]}
-    history = history_of(sessions, ran, failed, loads=["late"])
-    versions = [Version(at(11), "s1", 0, 9, None), Version(at(31), "s2", 0, 9, None)]
-    window = [
+def test_a_signature_is_anchored_at_the_first_version_that_learned_it() -> None:
+    first = Version(at(10), "s1", 0, 9, None)
+    second = Version(at(30), "s2", 0, 9, None)
+    failures = [
         SourceFailure("s1", 3, "sig-make", "real", "make", True),
-        SourceFailure("s2", 4, SIG, "real", "git push", True),
+        SourceFailure("s2", 4, "sig-make", "real", "make", True),
+        SourceFailure("s2", 5, "sig-push", "real", "git push", True),
     ]
-    measured = measure("lib", "push-upstream", versions, window, history)
-    c = measured.counts
-    # make (since day 11): mid and late after; git push (since day 31): mid before, late after.
-    assert (c.before_exposures, c.before_failures) == (1, 1)
-    assert (c.after_exposures, c.after_failures) == (3, 2)
-    assert (c.after_sessions, c.before_sessions) == (2, 1)
-    assert (c.loaded_exposures, c.loaded_failures, c.loaded_sessions) == (2, 1, 1)
+    anchors = anchors_of([second, first], failures, {"s1": "jsonl", "s2": "jsonl"})
+    assert [(a.signature, a.at, a.session) for a in anchors] == [
+        ("sig-make", at(10), "s1"),
+        ("sig-push", at(30), "s2"),
+    ]
+
+
+def test_combine_takes_out_the_source_sessions_and_splits_the_loaded() -> None:
+    anchors = [anchor(40)]
+    counts, newest = combine(
+        anchors,
+        [AnchorCounts(4, 3, 4, 2, at(53))],  # the index counted the source session before
+        excluded={"src"},
+        source_runs=[run(0, "src", 39, failed=True)],
+        loaded_runs=[run(0, "a1", 50), run(0, "a2", 51, failed=True), run(0, "src", 39)],
+    )
+    assert (counts.before_exposures, counts.before_failures) == (3, 2)
+    assert (counts.after_exposures, counts.after_failures) == (4, 2)
+    assert (counts.loaded_exposures, counts.loaded_failures, counts.loaded_sessions) == (2, 1, 2)
+    assert (counts.before_sessions, counts.after_sessions) == (3, 4)
+    assert newest == at(53)
+
+
+def test_combine_ignores_sessions_outside_the_group() -> None:
+    anchors = [anchor(40)]
+    counts, _ = combine(
+        anchors,
+        [AnchorCounts(0, 0, 1, 0, at(50))],
+        excluded={"src"},
+        source_runs=[run(0, "src", 39, failed=True, repo="github.com/acme/else")],
+        loaded_runs=[run(0, "x", 50, repo="github.com/acme/else")],
+    )
+    assert (counts.before_exposures, counts.loaded_exposures) == (0, 0)
+
+
+def test_several_failures_count_a_session_once() -> None:
+    anchors = [anchor(10, signature="sig-make"), anchor(30, signature="sig-push", session="s2")]
+    exposed = [run(0, "mid", 20), run(0, "late", 40), run(1, "mid", 20), run(1, "late", 40)]
+    counts, _ = combine(
+        anchors,
+        [AnchorCounts(0, 0, 2, 1, at(40)), AnchorCounts(1, 1, 1, 1, at(40))],
+        excluded={"src", "s2"},
+        source_runs=[],
+        loaded_runs=[run(0, "late", 40), run(1, "late", 40, failed=True)],
+        exposed_runs=exposed,
+    )
+    assert (counts.before_exposures, counts.after_exposures, counts.after_failures) == (1, 3, 2)
+    assert (counts.before_sessions, counts.after_sessions) == (1, 2)
+    assert (counts.loaded_exposures, counts.loaded_failures, counts.loaded_sessions) == (2, 1, 1)
+
+
+def test_recurrences_are_after_sessions_with_the_loaded_flag() -> None:
+    anchors = [anchor(40)]
+    found = recurrences(
+        anchors,
+        [
+            run(0, "a4", 53, failed=True),
+            run(0, "a2", 51, failed=True),
+            run(0, "b1", 30, failed=True),
+            run(0, "src", 41, failed=True),
+        ],
+        excluded={"src"},
+        loaded={"a2"},
+    )
+    assert [(r.session, r.loaded) for r in found] == [("a2", True), ("a4", False)]

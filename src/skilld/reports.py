@@ -181,7 +181,9 @@ def effect(
         record = library.usage_records().get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
-    measured = effect_records(app, [library.name], names=[(library.name, name)])
+    measured = effect_records(
+        app, [library.name], names=[(library.name, name)], with_recurrences=True
+    )
     versions = numbered_versions(
         app.state.events(kinds=VERSION_KINDS, skill=name, library=library.name)
     )
@@ -205,6 +207,7 @@ def effect_records(
     libraries: list[str] | None = None,
     *,
     names: list[tuple[str, str]] | None = None,
+    with_recurrences: bool = False,
 ) -> list[SkillEffect]:
     """Each learned skill's effect (`skilld effect`), in `libraries` or in every library."""
     from skilld.effect.report import effect_records as records_of
@@ -212,7 +215,11 @@ def effect_records(
     if libraries is None:
         libraries = [library.name for library in app.all_libraries()]
     return records_of(
-        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures, names=names
+        app.state.conn,
+        libraries,
+        min_exposures=app.config.effect.min_exposures,
+        names=names,
+        with_recurrences=with_recurrences,
     )
 
 
@@ -236,11 +243,11 @@ def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
         {
             "signature": r.signature,
             "session": r.session,
-            "started": r.first_ts[:19] + "+00:00",
+            "started": r.first_ts,
             "loaded": r.loaded,
             "event": recorded.get((r.session, r.signature)),
         }
-        for r in record.measured.recurrences
+        for r in record.recurrences
     ]
 
 

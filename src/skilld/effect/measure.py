@@ -1,21 +1,23 @@
-"""A skill's exposures and recurrences, counted over plain rows read from state.db.
+"""A skill's exposures and recurrences, combined from what state.db counts for it.
 
-For each source failure signature of a skill (a `real`/`hook` failure its version's source
-window showed resolved), the *anchor* is the creation time of the first version that learned
-it. A session of the same agent (and the same repository, when the version's is known) that
-ran the signature's command head is an *exposure*: *after* when its first message is later
-than the anchor, *before* when earlier. A *failure* is an exposure in which the signature
-failed again. The sessions the skill was learned from count on neither side: they were chosen
-because they failed, and would make any skill look as if it helped.
+For each source failure of a skill (a `real`/`hook` failure its version's source window showed
+resolved) there is an *anchor*: its signature and command head, the agent and repository of
+the window, and the creation time of the first version that learned it. A session of the same
+agent (and the same repository, when the version's is known) that ran the command is an
+*exposure*: *after* when its first message is later than the anchor's time, *before* when
+earlier. A *failure* is an exposure in which the signature failed again (real or hook). The
+sessions the skill was learned from count on neither side: they were chosen because they
+failed, and would make any skill look as if it helped.
 
-Pure: plain values in, plain values out. `skilld.effect.report` reads the rows and records
-nothing; `skilld.effect.verdict` judges the counts.
+`skilld.effect.report` counts each anchor's exposures and failures with one indexed query for
+every skill and reads the few sessions that need a closer look (the source sessions, those
+that loaded the skill, and those of skills learned from several failures); this module
+combines them. Pure: plain values in, plain values out.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from skilld.effect.verdict import Counts
@@ -27,7 +29,7 @@ COUNTED_CLASSES = frozenset({"real", "hook"})
 class Version(NamedTuple):
     """One version of a skill and the window it was learned from."""
 
-    at: str  # when it was written (ISO UTC, the form `instant` gives)
+    at: str  # when it was written (ISO UTC, one comparable form)
     session: str
     first_message: int
     last_message: int
@@ -46,10 +48,46 @@ class SourceFailure(NamedTuple):
     resolved: bool
 
 
-class SessionFacts(NamedTuple):
-    source: str  # the agent (source kind)
+class Anchor(NamedTuple):
+    """One source failure of a skill, compared over the sessions of its group."""
+
+    signature: str
+    cls: str
+    command: str
+    source: str  # the agent
+    repository: str | None  # None: every session of the agent
+    at: str  # the creation time of the version that learned it
+    session: str  # the session whose window it was learned from
+
+    def side(self, source: str, repository: str | None, session_ts: str) -> str | None:
+        """ "before" or "after" for a session of this group, None for any other session."""
+        if source != self.source or (self.repository is not None and repository != self.repository):
+            return None
+        if session_ts == self.at:
+            return None
+        return "before" if session_ts < self.at else "after"
+
+
+class AnchorCounts(NamedTuple):
+    """What the indexed counts say of one anchor, the source sessions included."""
+
+    before_exposures: int = 0
+    before_failures: int = 0
+    after_exposures: int = 0
+    after_failures: int = 0
+    #: The first message time of the newest after-exposure (None: none).
+    newest: str | None = None
+
+
+class SessionRun(NamedTuple):
+    """A session that ran an anchor's command, as the report read it for a closer look."""
+
+    anchor: int  # index in the skill's anchors
+    session: str
+    source: str
     repository: str | None
-    first_ts: str  # ISO UTC, the form `instant` gives
+    session_ts: str
+    failed: bool  # the anchor's signature failed in it (real or hook)
 
 
 class Recurrence(NamedTuple):
@@ -66,68 +104,15 @@ class Measured(NamedTuple):
     #: (signature, class, command) of each source failure, in the order first learned.
     source_failures: list[tuple[str, str, str]]
     counts: Counts
-    recurrences: list[Recurrence]
     #: The first message time of the newest after-exposure (None: none yet).
     last_exposure: str | None
 
 
-class History:
-    """Every session's facts, which sessions ran each command, where each signature failed,
-    indexed once for a library's worth of skills: each count is a bisection."""
-
-    def __init__(
-        self,
-        sessions: Mapping[str, SessionFacts],
-        runs: Iterable[tuple[str, str]],
-        failed: Iterable[tuple[str, str]],
-        loads: Iterable[tuple[str, str, str]],
-    ) -> None:
-        """`runs`: (session, command head); `failed`: (signature, session) of counted
-        failures; `loads`: (library, name, session) of each skill a session loaded."""
-        self.sessions = sessions
-        self.ran: dict[str, set[str]] = {}
-        grouped: dict[tuple[str, str, str | None], list[str]] = {}
-        for session, command in runs:
-            facts = sessions.get(session)
-            if facts is None:
-                continue
-            self.ran.setdefault(command, set()).add(session)
-            # Each run counts in its repository's group and in the agent-wide one (None).
-            grouped.setdefault((command, facts.source, None), []).append(facts.first_ts)
-            if facts.repository is not None:
-                key = (command, facts.source, facts.repository)
-                grouped.setdefault(key, []).append(facts.first_ts)
-        self._times = {key: sorted(times) for key, times in grouped.items()}
-        self.failed: dict[str, set[str]] = {}
-        for signature, session in failed:
-            self.failed.setdefault(signature, set()).add(session)
-        self.loads: dict[tuple[str, str], set[str]] = {}
-        for library, name, session in loads:
-            self.loads.setdefault((library, name), set()).add(session)
-
-    def in_group(self, session: str, source: str, repository: str | None) -> SessionFacts | None:
-        facts = self.sessions.get(session)
-        if facts is None or facts.source != source:
-            return None
-        if repository is not None and facts.repository != repository:
-            return None
-        return facts
-
-    def count_runs(
-        self, command: str, source: str, repository: str | None, anchor: str
-    ) -> tuple[int, int, str | None]:
-        """(sessions before `anchor`, sessions after it, the newest after) that ran `command`."""
-        times = self._times.get((command, source, repository), [])
-        before = bisect_left(times, anchor)
-        after = len(times) - bisect_right(times, anchor)
-        return before, after, times[-1] if after else None
-
-
-def source_failures(
+def learned_failures(
     versions: Sequence[Version], failures: Iterable[SourceFailure]
 ) -> list[tuple[Version, SourceFailure]]:
     """The counted failures (real/hook, resolved) each version's window showed, each signature
-    with the first version that learned it (versions oldest first)."""
+    with the first version that learned it."""
     by_session: dict[str, list[SourceFailure]] = {}
     for failure in failures:
         if failure.cls in COUNTED_CLASSES and failure.resolved:
@@ -141,119 +126,109 @@ def source_failures(
     return list(learned.values())
 
 
-def measure(
-    library: str,
-    name: str,
+def anchors_of(
     versions: Sequence[Version],
     failures: Iterable[SourceFailure],
-    history: History,
-) -> Measured:
-    """The counts behind a skill's verdict: `failures` are those of its versions' windows."""
-    learned = source_failures(versions, failures)
-    if not learned:
-        first = min((v.at for v in versions), default=None)
-        return Measured(first, [], Counts(0, 0, 0, 0, 0, 0, 0), [], None)
-    excluded = {version.session for version in versions}
-    loads = history.loads.get((library, name), set())
-    several = len(learned) > 1
-    tally = _Tally()
-    for version, failure in learned:
-        source_facts = history.sessions.get(version.session)
-        if source_facts is not None:
-            group = _Group(failure.command, source_facts.source, version.repository, version.at)
-            tally.add(history, group, failure.signature, excluded, loads, several=several)
-    counts = Counts(
-        source_failures=len(learned),
-        before_exposures=tally.before,
-        before_failures=tally.before_failures,
-        after_exposures=tally.after,
-        after_failures=tally.after_failures,
-        loaded_exposures=tally.loaded,
-        loaded_failures=tally.loaded_failures,
-        before_sessions=len(tally.before_sessions) if several else tally.before,
-        after_sessions=len(tally.after_sessions) if several else tally.after,
-        loaded_sessions=len(tally.loaded_sessions),
+    agents: Mapping[str, str],
+) -> list[Anchor]:
+    """A skill's anchors; `agents` maps a source session to its agent (a session state.db
+    never recorded gives none)."""
+    anchors = []
+    for version, failure in learned_failures(versions, failures):
+        source = agents.get(version.session)
+        if source is not None:
+            anchors.append(
+                Anchor(
+                    failure.signature,
+                    failure.cls,
+                    failure.command,
+                    source,
+                    version.repository,
+                    version.at,
+                    version.session,
+                )
+            )
+    return anchors
+
+
+def combine(
+    anchors: Sequence[Anchor],
+    counts: Sequence[AnchorCounts],
+    *,
+    excluded: Iterable[str],
+    source_runs: Iterable[SessionRun],
+    loaded_runs: Iterable[SessionRun],
+    exposed_runs: Iterable[SessionRun] | None = None,
+) -> tuple[Counts, str | None]:
+    """A skill's counts from its anchors' counts, less its source sessions (`excluded`, read
+    in `source_runs`), with the after-exposures of the sessions that loaded it
+    (`loaded_runs`). `exposed_runs` lists every exposure of a skill with several anchors,
+    so that a session that ran two of its commands counts once in `sessions`; without it,
+    sessions are the exposures."""
+    skip = set(excluded)
+    totals = [0, 0, 0, 0]
+    newest: str | None = None
+    for anchor_counts in counts:
+        totals[0] += anchor_counts.before_exposures
+        totals[1] += anchor_counts.before_failures
+        totals[2] += anchor_counts.after_exposures
+        totals[3] += anchor_counts.after_failures
+        if anchor_counts.newest is not None and anchor_counts.after_exposures:
+            newest = max(newest or anchor_counts.newest, anchor_counts.newest)
+    for run in source_runs:
+        side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
+        if run.session in skip and side is not None:
+            offset = 0 if side == "before" else 2
+            totals[offset] -= 1
+            totals[offset + 1] -= run.failed
+    loaded = [0, 0]
+    loaded_sessions: set[str] = set()
+    for run in loaded_runs:
+        side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
+        if side == "after" and run.session not in skip:
+            loaded[0] += 1
+            loaded[1] += run.failed
+            loaded_sessions.add(run.session)
+    sessions = [totals[0], totals[2]]
+    if exposed_runs is not None:
+        seen: tuple[set[str], set[str]] = (set(), set())
+        for run in exposed_runs:
+            side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
+            if side is not None and run.session not in skip:
+                seen[side == "after"].add(run.session)
+        sessions = [len(seen[0]), len(seen[1])]
+    measured = Counts(
+        source_failures=len(anchors),
+        before_exposures=totals[0],
+        before_failures=totals[1],
+        after_exposures=totals[2],
+        after_failures=totals[3],
+        loaded_exposures=loaded[0],
+        loaded_failures=loaded[1],
+        before_sessions=sessions[0],
+        after_sessions=sessions[1],
+        loaded_sessions=len(loaded_sessions),
     )
-    tally.recurrences.sort(key=lambda r: (r.first_ts, r.session))
-    since = min(version.at for version, _ in learned)
-    listed = [(f.signature, f.cls, f.command) for _, f in learned]
-    return Measured(since, listed, counts, tally.recurrences, tally.newest)
+    return measured, newest
 
 
-class _Group(NamedTuple):
-    """The sessions a source failure is compared over: those of its agent (and repository,
-    when known) that ran its command, before and after its anchor."""
-
-    command: str
-    source: str
-    repository: str | None
-    anchor: str
-
-
-class _Tally:
-    """A skill's counts, summed over its source failures."""
-
-    def __init__(self) -> None:
-        self.before = self.before_failures = 0
-        self.after = self.after_failures = 0
-        self.loaded = self.loaded_failures = 0
-        self.before_sessions: set[str] = set()
-        self.after_sessions: set[str] = set()
-        self.loaded_sessions: set[str] = set()
-        self.recurrences: list[Recurrence] = []
-        self.newest: str | None = None
-
-    def add(
-        self,
-        history: History,
-        group: _Group,
-        signature: str,
-        excluded: Collection[str],
-        loads: Collection[str],
-        *,
-        several: bool,
-    ) -> None:
-        before, after, last = history.count_runs(
-            group.command, group.source, group.repository, group.anchor
+def recurrences(
+    anchors: Sequence[Anchor],
+    failed_runs: Iterable[SessionRun],
+    *,
+    excluded: Iterable[str],
+    loaded: Iterable[str],
+) -> list[Recurrence]:
+    """Where a skill's failures came back: each after-session in which an anchor's signature
+    failed (not a source session), with whether it loaded the skill; oldest first."""
+    skip, loads = set(excluded), set(loaded)
+    found = {
+        (run.session, anchors[run.anchor].signature): Recurrence(
+            anchors[run.anchor].signature, run.session, run.session_ts, run.session in loads
         )
-        ran = history.ran.get(group.command, set())
-        for session in ran.intersection(excluded):
-            side = _side(history, session, group)
-            before -= side == "before"
-            after -= side == "after"
-        self.before += before
-        self.after += after
-        if after > 0 and last is not None:
-            self.newest = last if self.newest is None else max(self.newest, last)
-        if several:  # a session that ran two source commands is one session
-            for session in ran.difference(excluded):
-                side = _side(history, session, group)
-                if side == "before":
-                    self.before_sessions.add(session)
-                elif side == "after":
-                    self.after_sessions.add(session)
-        for session in loads:
-            exposed = session in ran and session not in excluded
-            if exposed and _side(history, session, group) == "after":
-                self.loaded += 1
-                self.loaded_sessions.add(session)
-        for session in history.failed.get(signature, set()):
-            if session in excluded or session not in ran:
-                continue
-            side = _side(history, session, group)
-            if side == "before":
-                self.before_failures += 1
-            elif side == "after":
-                loaded = session in loads
-                self.after_failures += 1
-                self.loaded_failures += loaded
-                first_ts = history.sessions[session].first_ts
-                self.recurrences.append(Recurrence(signature, session, first_ts, loaded))
-
-
-def _side(history: History, session: str, group: _Group) -> str | None:
-    """ "before" or "after" the anchor for a session of the group, else None."""
-    facts = history.in_group(session, group.source, group.repository)
-    if facts is None or facts.first_ts == group.anchor:
-        return None
-    return "before" if facts.first_ts < group.anchor else "after"
+        for run in failed_runs
+        if run.failed
+        and run.session not in skip
+        and anchors[run.anchor].side(run.source, run.repository, run.session_ts) == "after"
+    }
+    return sorted(found.values(), key=lambda r: (r.first_ts, r.session, r.signature))

@@ -1,11 +1,15 @@
 """`skilld effect`: each learned skill's exposures, recurrences and verdict, read from state.db.
 
-One query per table, whatever the number of skills: the skills (provenance), their versions
-(the events that wrote them, with each window), the failures of those windows, the sessions
-that ran each source command, where each source signature failed, and which sessions loaded
-which skill. `skilld.effect.measure` counts over those rows and `skilld.effect.verdict`
-judges the counts; `skilld effect --json`, `skills show --json` (`effect.outcome`),
-`/api/effect`, the panel and the daemon's events all come from `effect_records`.
+A fixed number of queries, whatever the number of skills: the skills (provenance), their
+versions (the events that wrote them, with each window), the failures of those windows, the
+agent of each source session; then, for every source failure of every skill at once (a temp
+table of *anchors*), its exposures and failures before and after, each an index range count
+(`effect_runs_exposure`, `effect_failures_exposure`: the session's agent, repository and
+start are on every row), and the few sessions that need a closer look (the source sessions,
+the sessions that loaded a skill). `skilld.effect.measure` combines those and
+`skilld.effect.verdict` judges; `skilld effect --json`, `skills show --json`
+(`effect.outcome`), `/api/effect`, the panel, MCP `skill_view` and the daemon's events all
+come from `effect_records`.
 """
 
 from __future__ import annotations
@@ -17,13 +21,17 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from skilld.effect.measure import (
-    History,
+    Anchor,
+    AnchorCounts,
     Measured,
-    SessionFacts,
+    Recurrence,
+    SessionRun,
     SourceFailure,
     Version,
-    measure,
-    source_failures,
+    anchors_of,
+    combine,
+    learned_failures,
+    recurrences,
 )
 from skilld.effect.verdict import Outcome, Pooled, judge, pool
 
@@ -39,6 +47,8 @@ class SkillEffect(NamedTuple):
     name: str
     measured: Measured
     outcome: Outcome
+    #: Where its failures came back (read only when asked for: `with_recurrences`).
+    recurrences: list[Recurrence]
 
     def row(self) -> dict[str, Any]:
         """The row `skilld effect --json` prints (DESIGN.md §13)."""
@@ -46,7 +56,7 @@ class SkillEffect(NamedTuple):
         return {
             "library": self.library,
             "name": self.name,
-            "since": _seconds(self.measured.since),
+            "since": self.measured.since,
             "source_failures": [
                 {"signature": signature, "class": cls, "command": command}
                 for signature, cls, command in self.measured.source_failures
@@ -69,7 +79,8 @@ class SkillEffect(NamedTuple):
 
 
 def instant(text: str | None) -> str | None:
-    """An ISO time in one comparable form (UTC, microseconds); None when unreadable."""
+    """An ISO time in the one form state.db compares as text (UTC, to the second, as events
+    and the effect tables write it); None when unreadable."""
     if not text:
         return None
     try:
@@ -78,14 +89,7 @@ def instant(text: str | None) -> str | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _seconds(text: str | None) -> str | None:
-    """`instant`'s form back to whole seconds, as events and provenance print times."""
-    if text is None:
-        return None
-    return datetime.fromisoformat(text).isoformat(timespec="seconds")
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def effect_records(
@@ -94,9 +98,11 @@ def effect_records(
     *,
     min_exposures: int,
     names: Iterable[tuple[str, str]] | None = None,
+    with_recurrences: bool = False,
 ) -> list[SkillEffect]:
     """Every learned skill of `libraries` (those state.db holds provenance for), by library
-    and name, or only the (library, name) pairs in `names`."""
+    and name, or only the (library, name) pairs in `names`; `with_recurrences` also lists
+    where each skill's failures came back."""
     skills = _skills(conn, libraries)
     if names is not None:
         wanted = set(names)
@@ -104,19 +110,45 @@ def effect_records(
     if not skills:
         return []
     versions = _versions(conn, skills)
-    sessions = sorted({v.session for vs in versions.values() for v in vs})
-    failures = _window_failures(conn, sessions)
-    history = _history(conn, versions, failures, libraries)
+    failures = _window_failures(conn, [v for vs in versions.values() for v in vs])
+    facts = _session_facts(conn, sorted({v.session for vs in versions.values() for v in vs}))
+    agents = {session: fact[0] for session, fact in facts.items()}
+    keys = sorted(skills)
+    anchors = {
+        key: anchors_of(
+            versions.get(key, []),
+            [f for v in versions.get(key, []) for f in failures.get(v.session, ())],
+            agents,
+        )
+        for key in keys
+    }
+    reads = _Reads(conn, anchors, versions, facts, with_recurrences=with_recurrences)
     records = []
-    for key in sorted(skills):
-        own = versions.get(key, [])
-        windows = [f for v in own for f in failures.get(v.session, ())]
-        measured = measure(key[0], key[1], own, windows, history)
-        outcome = judge(measured.counts, min_exposures)
-        if not own:
-            measured = measured._replace(since=skills[key])
+    for key in keys:
+        own = anchors[key]
+        excluded = {v.session for v in versions.get(key, [])}
+        counts, newest = combine(
+            own,
+            reads.counts.get(key, []),
+            excluded=excluded,
+            source_runs=reads.source_runs.get(key, []),
+            loaded_runs=reads.loaded_runs.get(key, []),
+            exposed_runs=reads.exposed_runs.get(key) if len(own) > 1 else None,
+        )
+        since = min((a.at for a in own), default=None) or min(
+            (v.at for v in versions.get(key, [])), default=skills[key]
+        )
+        measured = Measured(since, [(a.signature, a.cls, a.command) for a in own], counts, newest)
+        outcome = judge(counts, min_exposures)
+        if key not in versions:
             outcome = outcome._replace(evidence=NO_WINDOW)
-        records.append(SkillEffect(key[0], key[1], measured, outcome))
+        came_back = recurrences(
+            own,
+            reads.failed_runs.get(key, []),
+            excluded=excluded,
+            loaded={run.session for run in reads.loaded_runs.get(key, [])},
+        )
+        records.append(SkillEffect(key[0], key[1], measured, outcome, came_back))
     return records
 
 
@@ -140,12 +172,12 @@ def covering_skills(
     window showed it resolved, real or hook)."""
     skills = _skills(conn, libraries)
     versions = _versions(conn, skills)
-    failures = _window_failures(conn, sorted({v.session for vs in versions.values() for v in vs}))
+    failures = _window_failures(conn, [v for vs in versions.values() for v in vs])
     covered: dict[str, list[tuple[str, str]]] = {}
     for key in sorted(versions):
         own = versions[key]
         windows = [f for v in own for f in failures.get(v.session, ())]
-        for _, failure in source_failures(own, windows):
+        for _, failure in learned_failures(own, windows):
             covered.setdefault(failure.signature, []).append(key)
     return covered
 
@@ -182,7 +214,7 @@ def uncovered_recurring(
                 "error": error,
                 "sessions": sessions,
                 "occurrences": occurrences,
-                "last_seen": _seconds(last_seen),
+                "last_seen": last_seen,
             }
         )
     found.sort(key=lambda row: (-row["sessions"], row["signature"], row["repository"] or ""))
@@ -262,15 +294,17 @@ def _versions(
 
 
 def _window_failures(
-    conn: sqlite3.Connection, sessions: Sequence[str]
+    conn: sqlite3.Connection, versions: Sequence[Version]
 ) -> dict[str, list[SourceFailure]]:
-    """The counted failures (real/hook, resolved) of every session a skill was learned in;
-    the measure keeps those inside each version's window."""
+    """The counted failures (real/hook, resolved) inside the versions' windows, by session."""
+    windows = sorted({(v.session, v.first_message, v.last_message) for v in versions})
     rows = conn.execute(
-        "SELECT session, seq, signature, class, command, resolved FROM effect_failures"
-        " WHERE session IN (SELECT value FROM json_each(?))"
-        " AND class IN ('real', 'hook') AND resolved = 1",
-        (_json_list(sessions),),
+        "SELECT f.session, f.seq, f.signature, f.class, f.command, f.resolved"
+        " FROM json_each(?) AS w JOIN effect_failures AS f"
+        " ON f.session = json_extract(w.value, '$[0]')"
+        " AND f.seq BETWEEN json_extract(w.value, '$[1]') AND json_extract(w.value, '$[2]')"
+        " WHERE f.class IN ('real', 'hook') AND f.resolved = 1",
+        (json.dumps(windows),),
     )
     failures: dict[str, list[SourceFailure]] = {}
     for session, seq, signature, cls, command, resolved in rows.fetchall():
@@ -279,49 +313,169 @@ def _window_failures(
     return failures
 
 
-def _history(
-    conn: sqlite3.Connection,
-    versions: Mapping[tuple[str, str], list[Version]],
-    failures: Mapping[str, list[SourceFailure]],
-    libraries: Sequence[str],
-) -> History:
-    """The sessions that ran a source command, where each source signature failed, and what
-    each session loaded: one query each."""
-    commands = sorted({f.command for rows in failures.values() for f in rows})
-    signatures = sorted({f.signature for rows in failures.values() for f in rows})
-    sources = sorted({v.session for rows in versions.values() for v in rows})
-    sessions: dict[str, SessionFacts] = {}
-    runs: list[tuple[str, str]] = []
-    rows = conn.execute(
-        "SELECT r.session, r.command, s.source, s.repository, s.first_ts"
-        " FROM effect_runs AS r JOIN effect_sessions AS s ON s.session = r.session"
-        " WHERE r.command IN (SELECT value FROM json_each(?))",
-        (_json_list(commands),),
-    )
-    for session, command, source, repository, first_ts in rows.fetchall():
-        if session not in sessions:
-            at = instant(first_ts)
-            if at is None:
-                continue
-            sessions[session] = SessionFacts(source, repository, at)
-        runs.append((session, command))
+def _session_facts(
+    conn: sqlite3.Connection, sessions: Sequence[str]
+) -> dict[str, tuple[str, str | None, str]]:
+    """session -> (agent, repository, first message time), for the sessions state.db
+    recorded."""
     rows = conn.execute(
         "SELECT session, source, repository, first_ts FROM effect_sessions"
         " WHERE session IN (SELECT value FROM json_each(?))",
-        (_json_list(sources),),
+        (_json_list(sessions),),
     )
-    for session, source, repository, first_ts in rows.fetchall():
-        at = instant(first_ts)
-        if session not in sessions and at is not None:
-            sessions[session] = SessionFacts(source, repository, at)
-    failed = conn.execute(
-        "SELECT DISTINCT signature, session FROM effect_failures"
-        " WHERE signature IN (SELECT value FROM json_each(?)) AND class IN ('real', 'hook')",
-        (_json_list(signatures),),
-    ).fetchall()
-    loads = conn.execute(
-        "SELECT library, name, session FROM effect_loads"
-        " WHERE library IN (SELECT value FROM json_each(?))",
-        (_json_list(libraries),),
-    ).fetchall()
-    return History(sessions, runs, failed, loads)
+    return {
+        session: (source, repository, instant(ts) or "")
+        for session, source, repository, ts in rows.fetchall()
+    }
+
+
+#: The columns a `SessionRun` is read from (after its anchor's id).
+_RUN = "r.session, r.source, r.repository, r.session_ts"
+#: Whether the anchor's signature failed (real or hook) in the run's session.
+_FAILED = (
+    "EXISTS (SELECT 1 FROM effect_failures AS f WHERE f.session = r.session"
+    " AND f.signature = a.signature AND f.class IN ('real', 'hook'))"
+)
+
+
+class _Reads:
+    """Every anchor of every skill in a temp table, and what the indexes say of them."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        anchors: Mapping[tuple[str, str], list[Anchor]],
+        versions: Mapping[tuple[str, str], list[Version]],
+        facts: Mapping[str, tuple[str, str | None, str]],
+        *,
+        with_recurrences: bool,
+    ) -> None:
+        self.conn = conn
+        self._keys: list[tuple[tuple[str, str], int]] = []  # anchor id -> (skill, index)
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS effect_anchor (id INTEGER PRIMARY KEY,"
+            " library TEXT, name TEXT, signature TEXT, command TEXT, source TEXT,"
+            " repository TEXT, at TEXT, several INTEGER)"
+        )
+        conn.execute(
+            "CREATE INDEX IF NOT EXISTS temp.effect_anchor_skill ON effect_anchor(library, name)"
+        )
+        conn.execute("DELETE FROM temp.effect_anchor")
+        rows = []
+        for key, own in anchors.items():
+            for index, anchor in enumerate(own):
+                fields = (anchor.signature, anchor.command, anchor.source, anchor.repository)
+                rows.append((len(self._keys), *key, *fields, anchor.at, len(own) > 1))
+                self._keys.append((key, index))
+        conn.executemany("INSERT INTO temp.effect_anchor VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.counts = self._counts(anchors)
+        # The session an anchor was learned from ran its command and failed there; the other
+        # source sessions of a skill with several versions are read.
+        self.source_runs: dict[tuple[str, str], list[SessionRun]] = {}
+        probes = []
+        for anchor_id, (key, index) in enumerate(self._keys):
+            learned_in = anchors[key][index].session
+            source, repository, first_ts = facts[learned_in]
+            run = SessionRun(index, learned_in, source, repository, first_ts, True)
+            self.source_runs.setdefault(key, []).append(run)
+            others = sorted({v.session for v in versions.get(key, [])} - {learned_in})
+            probes += [(anchor_id, session) for session in others]
+        probed = self._runs(
+            "SELECT json_extract(p.value, '$[0]'), " + _RUN + ", " + _FAILED +
+            " FROM json_each(?) AS p"
+            " JOIN temp.effect_anchor AS a ON a.id = json_extract(p.value, '$[0]')"
+            " JOIN effect_runs AS r ON r.session = json_extract(p.value, '$[1]')"
+            " AND r.command = a.command",
+            (json.dumps(probes),),
+        )  # fmt: skip
+        for key, runs in probed.items():
+            self.source_runs[key] += runs
+        # Every exposure of a skill learned from several failures (a session counts once),
+        # and, when asked for, where each failure came back.
+        self.exposed_runs: dict[tuple[str, str], list[SessionRun]] = {}
+        if any(len(own) > 1 for own in anchors.values()):
+            self.exposed_runs = self._grouped(
+                "SELECT a.id, " + _RUN + ", 0 FROM temp.effect_anchor AS a"
+                " CROSS JOIN effect_runs AS r ON r.command = a.command AND r.source = a.source"
+                " AND {repository} WHERE a.several",
+                "r",
+            )  # fmt: skip
+        self.failed_runs: dict[tuple[str, str], list[SessionRun]] = {}
+        if with_recurrences:
+            self.failed_runs = self._grouped(
+                "SELECT a.id, f.session, f.source, f.repository, f.session_ts, 1"
+                " FROM temp.effect_anchor AS a CROSS JOIN effect_failures AS f"
+                " ON f.signature = a.signature AND f.source = a.source AND {repository}"
+                " WHERE f.session_ts > a.at AND f.class IN ('real', 'hook')",
+                "f",
+            )  # fmt: skip
+
+    def _grouped(self, sql: str, table: str) -> dict[tuple[str, str], list[SessionRun]]:
+        """`sql` run once for the anchors with a repository (its `{repository}` the range of
+        their repository) and once for those without (every repository of the agent)."""
+        found: dict[tuple[str, str], list[SessionRun]] = {}
+        for known in (True, False):
+            where = f"{table}.repository = a.repository" if known else "1"
+            anchors = f"a.repository IS {'NOT NULL' if known else 'NULL'}"
+            query = sql.format(repository=where)
+            query += f" AND {anchors}" if " WHERE " in query else f" WHERE {anchors}"
+            for key, runs in self._runs(query).items():
+                found.setdefault(key, []).extend(runs)
+        return found
+
+    def _counts(
+        self, anchors: Mapping[tuple[str, str], list[Anchor]]
+    ) -> dict[tuple[str, str], list[AnchorCounts]]:
+        """Each anchor's exposures before and after it, in one pass over its range of the
+        exposure index, with the after-exposures that loaded its skill (looked up in the
+        loads, a small table); its failures before and after, index range counts."""
+        counts = {key: [AnchorCounts()] * len(own) for key, own in anchors.items()}
+        self.loaded_runs: dict[tuple[str, str], list[SessionRun]] = {}
+        for known in (True, False):
+            # A known repository narrows every range; an unknown one spans the agent's runs.
+            where = "{t}.repository = a.repository" if known else "1"
+            fails = (
+                "FROM effect_failures AS f WHERE f.signature = a.signature AND f.source = a.source"
+                f" AND {where.format(t='f')} AND f.class IN ('real', 'hook') AND f.session_ts"
+            )
+            rows = self.conn.execute(
+                "SELECT a.id,"
+                " COUNT(r.session_ts < a.at OR NULL), COUNT(r.session_ts > a.at OR NULL),"
+                f" (SELECT COUNT(DISTINCT f.session) {fails} < a.at),"
+                f" (SELECT COUNT(DISTINCT f.session) {fails} > a.at),"
+                " MAX(r.session_ts),"
+                " json_group_array(json_array(r.session, r.repository, r.session_ts, "
+                + _FAILED + "))"
+                " FILTER (WHERE r.session_ts > a.at AND EXISTS (SELECT 1 FROM effect_loads AS l"
+                " WHERE l.session = r.session AND l.library = a.library AND l.name = a.name))"
+                " FROM temp.effect_anchor AS a LEFT JOIN effect_runs AS r"
+                f" ON r.command = a.command AND r.source = a.source AND {where.format(t='r')}"
+                f" WHERE a.repository IS {'NOT NULL' if known else 'NULL'} GROUP BY a.id"
+            )  # fmt: skip
+            for anchor_id, before, after, failed_before, failed_after, newest, loaded in rows:
+                key, index = self._keys[anchor_id]
+                anchor = anchors[key][index]
+                newest = newest if newest is not None and newest > anchor.at else None
+                counts[key][index] = AnchorCounts(
+                    before, failed_before, after, failed_after, newest
+                )
+                for session, repository, session_ts, failed in json.loads(loaded):
+                    run = SessionRun(
+                        index, session, anchor.source, repository, session_ts, bool(failed)
+                    )
+                    self.loaded_runs.setdefault(key, []).append(run)
+        return counts
+
+    def _runs(
+        self, sql: str, params: Sequence[Any] = ()
+    ) -> dict[tuple[str, str], list[SessionRun]]:
+        found: dict[tuple[str, str], list[SessionRun]] = {}
+        for anchor_id, session, source, repository, session_ts, failed in self.conn.execute(
+            sql, params
+        ).fetchall():
+            key, index = self._keys[anchor_id]
+            run = SessionRun(
+                index, session, source, repository, instant(session_ts) or "", bool(failed)
+            )
+            found.setdefault(key, []).append(run)
+        return found

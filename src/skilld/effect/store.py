@@ -48,9 +48,15 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
     """Record what reads of sessions showed, and resolve each session's earlier failures that
     a successful run of its read answers. Idempotent per (session, seq) for failures; a run is
     counted each time it is recorded. One statement per table for all the reads: a tick
-    records every read it makes, and a statement costs more than the rows it writes."""
+    records every read it makes, and a statement costs more than the rows it writes.
+
+    Each run and failure row carries its session's agent, repository and first message time
+    as effect_sessions holds them after these reads (the rows of earlier reads are brought in
+    step when those change), so the effect report counts exposures by index alone."""
     if not reads:
         return
+    sessions = sorted({read.facts.session for read in reads})
+    before = _session_columns(conn, sessions)
     conn.executemany(
         "INSERT INTO effect_sessions(session, source, library, repository, first_ts)"
         " VALUES (?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
@@ -59,6 +65,13 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
         " first_ts = MIN(first_ts, excluded.first_ts)",
         [read.facts for read in reads],
     )
+    current = _session_columns(conn, sessions)
+    changed = [(*current[key], key) for key, value in before.items() if current[key] != value]
+    for table in ("effect_runs", "effect_failures"):
+        conn.executemany(
+            f"UPDATE {table} SET source = ?, repository = ?, session_ts = ? WHERE session = ?",
+            changed,
+        )
     counts: dict[tuple[str, str], list[Any]] = {}
     last_ok: dict[tuple[str, str], int] = {}
     first_seq: dict[str, int] = {}
@@ -76,22 +89,41 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
                 first_seq[session] = run.seq
     if counts:
         conn.executemany(
-            "INSERT INTO effect_runs(session, command, ok, failed, first_ts)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(session, command) DO UPDATE SET"
+            "INSERT INTO effect_runs(session, command, ok, failed, first_ts, source,"
+            " repository, session_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(session, command) DO UPDATE SET"
             " ok = ok + excluded.ok, failed = failed + excluded.failed,"
             " first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts)",
-            [(*key, ok, failed, ts) for key, (ok, failed, ts) in counts.items()],
+            [
+                (*key, ok, failed, ts, *current[key[0]])
+                for key, (ok, failed, ts) in counts.items()
+            ],
         )
     failures = [
-        (read.facts.session, *f[:8], int(f.resolved)) for read in reads for f in read.failures
+        (read.facts.session, *f[:8], int(f.resolved), *current[read.facts.session])
+        for read in reads
+        for f in read.failures
     ]
     if failures:
         conn.executemany(
             "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, error,"
-            " signature, class, exit_code, resolved) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " signature, class, exit_code, resolved, source, repository, session_ts)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             failures,
         )
     _resolve_earlier(conn, first_seq, last_ok)
+
+
+def _session_columns(
+    conn: sqlite3.Connection, sessions: Sequence[str]
+) -> dict[str, tuple[str, str | None, str]]:
+    """session -> (agent, repository, first message time) as effect_sessions holds them."""
+    rows = conn.execute(
+        "SELECT session, source, repository, first_ts FROM effect_sessions"
+        " WHERE session IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(sessions)),),
+    )
+    return {session: (source, repo, ts) for session, source, repo, ts in rows.fetchall()}
 
 
 def _resolve_earlier(

@@ -162,8 +162,15 @@ _V4 = """
         ok       INTEGER NOT NULL DEFAULT 0,
         failed   INTEGER NOT NULL DEFAULT 0,
         first_ts TEXT,
+        -- the session's agent, repository and first message (effect_sessions), on each row
+        -- so that a skill's exposures are one index range count (skilld.effect.report)
+        source     TEXT NOT NULL DEFAULT '',
+        repository TEXT,
+        session_ts TEXT,
         PRIMARY KEY (session, command)
     ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS effect_runs_exposure
+        ON effect_runs(command, source, repository, session_ts);
     CREATE TABLE IF NOT EXISTS effect_failures (
         id        INTEGER PRIMARY KEY,
         session   TEXT NOT NULL,
@@ -176,8 +183,13 @@ _V4 = """
         class     TEXT NOT NULL,
         exit_code INTEGER,
         resolved  INTEGER NOT NULL DEFAULT 0,
+        source     TEXT NOT NULL DEFAULT '',
+        repository TEXT,
+        session_ts TEXT,
         UNIQUE (session, seq)
     );
+    CREATE INDEX IF NOT EXISTS effect_failures_exposure
+        ON effect_failures(signature, source, repository, session_ts, class, session);
     CREATE INDEX IF NOT EXISTS effect_failures_signature ON effect_failures(signature, session);
     CREATE TABLE IF NOT EXISTS effect_loads (
         session TEXT NOT NULL,
