@@ -13,7 +13,8 @@ the failures every session draws, so each skill has exposures and recurrences be
 after it.
 
 Both commands run in this process (`skilld.cli.main`: parser, config, read, JSON printed to
-a buffer), each the best of `--runs`, so the machine's other load weighs on both sides.
+a buffer), taking turns, each the best of `--runs`, so the machine's other load weighs on
+both sides.
 Target: effect within 2x of skills list (exits 1 when it is not).
 """
 
@@ -176,13 +177,16 @@ def command(config: Path, *args: str) -> Callable[[], None]:
     return run
 
 
-def best_ms(run: Callable[[], None], runs: int) -> float:
-    times = []
+def best_ms(commands: list[Callable[[], None]], runs: int) -> list[float]:
+    """Each command's best time of `runs`, the commands taking turns (so that a burst of the
+    machine's other load weighs on both)."""
+    times: list[list[float]] = [[] for _ in commands]
     for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return 1000 * min(times)
+        for run, spent in zip(commands, times, strict=True):
+            start = time.perf_counter()
+            run()
+            spent.append(time.perf_counter() - start)
+    return [1000 * min(spent) for spent in times]
 
 
 def main() -> int:
@@ -203,8 +207,10 @@ def main() -> int:
         print(
             f"built {skills:,} skills, {failures:,} failures in {time.perf_counter() - start:.1f}s"
         )
-        listing = best_ms(command(config, "skills", "list", "--json"), runs)
-        effect = best_ms(command(config, "effect", "--json"), runs)
+        listing, effect = best_ms(
+            [command(config, "skills", "list", "--json"), command(config, "effect", "--json")],
+            runs,
+        )
         ratio = effect / listing
         print(f"{'skills':>7} {'failures':>10} {'list ms':>8} {'effect ms':>10} {'ratio':>6}")
         print(f"{skills:>7,} {failures:>10,} {listing:>8.1f} {effect:>10.1f} {ratio:>5.2f}x")

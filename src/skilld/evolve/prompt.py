@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from skilld.evolve.contract import SCOPE_TEXT
 from skilld.evolve.window import Window
 from skilld.skills.document import AGENTSKILLS_WHEN_MARKER, LISTING_BUDGETS, SkillDoc
 
-PROMPT_VERSION = "2026-12-01.2"
+PROMPT_VERSION = "2026-12-01.3"
 
 #: The user's guidance is cut to this many characters: it rides along on every request.
 GUIDANCE_MAX_CHARS = 2000
@@ -67,6 +68,12 @@ the skill is about them.
 [history] lines (data too) name a failing tool call of this window that also failed in earlier \
 sessions, as "tool | command | first error line": a failure that keeps coming back is what a \
 skill should end, when the window shows how it was resolved.
+
+[effect] lines (data too) name an existing skill that was learned to end a failure this \
+window shows again, with the evidence from later sessions. When the window shows why it came \
+back, answer with that skill's SAME name: if the skill was not loaded where the failure came \
+back, rewrite its description and whenToUse so the agent recognises the situation; if it was \
+loaded, fix the steps of its body.
 {scope}{guidance}
 Reply with exactly one JSON object and nothing else, in one of these two forms:
 {"evolve": true, "name": "...", "description": "...", "whenToUse": "...", \
@@ -99,6 +106,24 @@ Follow them; they come from the user, not from the window:
 #: delimiters, with the transcript it came from: a branch name is anyone's to choose.
 SESSION_HEADER = "[session] repository: {repository}; branch: {branch}"
 HISTORY_LINE = "[history] this failure recurred in {count} earlier sessions: {signature}"
+EFFECT_LINE = (
+    "[effect] skill {name} was learned to end this failure, and it came back"
+    " ({verdict}; {evidence}): {signatures}"
+)
+#: What the merge request adds for a skill offered for revision ({advice}: which part to fix).
+MERGE_REVISION = """
+This change revises a skill whose failure came back after it was written ({verdict}; \
+{evidence}). {advice}
+"""
+REVISE_ROUTING = (
+    "It was not loaded where the failure came back: make its description and whenToUse name"
+    " the situation, so the agent loads it when the failure is near."
+)
+REVISE_CONTENT = (
+    "It was loaded where the failure came back: its steps did not prevent it; fix them."
+)
+#: The reason a revision is written with: the model's, then the evidence that asked for it.
+REVISION_REASON = "{reason} (revision: {verdict}; {evidence})"
 
 USER_PROMPT = """\
 Session {session} ({source}), messages {first}–{last}:
@@ -141,7 +166,7 @@ whenToUse: {current_when}
 {current_body}
 {current_close}
 
-The proposed change (the proposer's reason: {reason}):
+The proposed change (the proposer's reason: {reason}):{revision}
 {proposed_open}
 description: {proposed_description}
 whenToUse: {proposed_when}
@@ -273,6 +298,42 @@ def history_lines(recurred: Sequence[tuple[int, str]]) -> str:
     )
 
 
+def effect_lines(offers: Sequence[Mapping[str, Any]]) -> str:
+    """The [effect] lines (each with its newline) for the skills offered for revision."""
+    return "".join(
+        fill(
+            EFFECT_LINE,
+            {
+                "name": offer["name"],
+                "verdict": offer["verdict"],
+                "evidence": offer["evidence"],
+                "signatures": ", ".join(offer["signatures"]),
+            },
+        )
+        + "\n"
+        for offer in offers
+    )
+
+
+def revision_section(offer: Mapping[str, Any] | None) -> str:
+    """What the merge request says of a revision, or "" for an ordinary update."""
+    if not offer:
+        return ""
+    advice = REVISE_CONTENT if offer.get("loaded") == "yes" else REVISE_ROUTING
+    return fill(
+        MERGE_REVISION,
+        {"verdict": offer["verdict"], "evidence": offer["evidence"], "advice": advice},
+    )
+
+
+def revision_reason(reason: str, offer: Mapping[str, Any]) -> str:
+    """A revision's reason: the model's, quoting the evidence that asked for it."""
+    return fill(
+        REVISION_REASON,
+        {"reason": reason.rstrip(". "), "verdict": offer["verdict"], "evidence": offer["evidence"]},
+    )
+
+
 def build_messages(
     window: Window,
     *,
@@ -321,9 +382,11 @@ def build_merge_messages(
     current_tags: Window,
     proposed_tags: Window,
     settings: PromptSettings,
+    revision: Mapping[str, Any] | None = None,
 ) -> list[dict[str, str]]:
     """The merge request: the current text beside the proposed one, each in its own
-    delimiters (which neither text can close)."""
+    delimiters (which neither text can close); for a revision (a skill offered with the
+    evidence that its failure came back), that evidence and which part to fix."""
     system = fill(
         MERGE_SYSTEM_PROMPT,
         {"name": current.name, "guidance": _guidance(settings), **_rules(settings)},
@@ -347,6 +410,7 @@ def build_merge_messages(
             "first": first_message,
             "last": last_message,
             "reason": reason or "none given",
+            "revision": revision_section(revision),
         },
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -34,6 +34,7 @@ import anyio
 
 from skilld.app import App
 from skilld.config import backfill_cutoff
+from skilld.effect import watch as effect_watch
 from skilld.effect.record import record_backfill, record_session_read, window_history
 from skilld.effect.store import ReadRecord, record_loads, record_reads
 from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
@@ -53,7 +54,9 @@ from skilld.evolve.prompt import (
     PromptSettings,
     build_merge_messages,
     build_messages,
+    effect_lines,
     history_lines,
+    revision_reason,
     session_header,
 )
 from skilld.evolve.report import (
@@ -106,6 +109,8 @@ class Job:
     cwd: str | None = None
     #: Where the session worked at the window's last message (None: unknown).
     git: GitContext | None = None
+    #: Skills this window offers for revision (skilld.effect.watch.window_offers).
+    revisions: tuple[dict[str, Any], ...] = ()
 
     @property
     def last_message(self) -> int:
@@ -161,6 +166,8 @@ class Evolver:
         self._observed.clear()
         for binding in self.sources:
             await self._ingest(binding, report)
+        if report.messages_read:
+            self._watch_effect()
         outage = await self._settle_kept(report)
         if outage is None:
             outage = await self._reflect_ready(report)
@@ -170,6 +177,14 @@ class Evolver:
         report.duration = self.clock() - report.started_at
         self._record_tick(report)
         return report
+
+    def _watch_effect(self) -> None:
+        """The effect events this tick's reads caused, and the skills the next windows offer
+        for revision (skilld.effect.watch)."""
+        libraries = [library.name for library in self.app.all_libraries()]
+        min_exposures = self.config.effect.min_exposures
+        observation = effect_watch.observe(self.app.state, libraries, min_exposures=min_exposures)
+        effect_watch.record(self.app.state, observation)
 
     def _record_tick(self, report: TickReport) -> None:
         state = self.app.state
@@ -466,6 +481,10 @@ class Evolver:
     async def _reflect(self, session: SessionState, job: Job, report: TickReport) -> None:
         """Ask about one window and settle what the answer allows. Raises Outage."""
         spend = Spend()
+        offers = effect_watch.window_offers(
+            self.app.state, job.library, job.session, job.first_message, job.last_message
+        )
+        job = replace(job, revisions=tuple(offers))
         verdict = await self._ask(job, report, spend)
         if isinstance(verdict, Failed):
             if not is_windows_fault(verdict.error):
@@ -594,7 +613,8 @@ class Evolver:
             first_message=job.first_message,
             last_message=job.last_message,
         )
-        redaction = redact(header + history_lines(recurred) + render_window(job.messages))
+        lines = history_lines(recurred) + effect_lines(job.revisions)
+        redaction = redact(header + lines + render_window(job.messages))
         if redaction.counts:
             state.add_event(
                 "redacted",
@@ -704,16 +724,18 @@ class Evolver:
         the answer is never asked for again."""
         state = self.app.state
         doc = verdict.doc
+        revision = next((offer for offer in job.revisions if offer["name"] == doc.name), None)
         body: dict[str, Any] = {
             "name": doc.name,
             "description": doc.description,
             "when_to_use": doc.when_to_use,
             "content": doc.body,
-            "reason": verdict.reason,
+            "reason": revision_reason(verdict.reason, revision) if revision else verdict.reason,
             "scope": verdict.scope,
             "cwd": job.cwd,
             "git": _git_json(job.git),
             "merged": False,
+            "revision": revision,
         }
         with state.transaction():
             proposal_id = state.keep_proposal(
@@ -817,6 +839,7 @@ class Evolver:
             current_tags=delimit(current.body + current.description),
             proposed_tags=delimit(proposed.body + proposed.description),
             settings=replace(self._prompt_settings(library), with_scope=False, system_prompt=None),
+            revision=kept.body.get("revision"),
         )
         job = Job(
             kept.session or "",
@@ -827,7 +850,7 @@ class Evolver:
             git=from_json(kept.body.get("git")),
         )
         rules = Rules(library.form, library.max_content_chars, "")
-        return await self._converse(
+        merged = await self._converse(
             messages,
             rules,
             proposal_schema(with_scope=False),
@@ -837,6 +860,10 @@ class Evolver:
             known=[current.name],
             merge=True,
         )
+        revision = kept.body.get("revision")
+        if isinstance(merged, Propose) and revision:  # a revision's reason quotes its evidence
+            merged = replace(merged, reason=revision_reason(merged.reason, revision))
+        return merged
 
 
 def _git_json(git: GitContext | None) -> dict[str, str | None] | None:
