@@ -68,6 +68,8 @@ def print_lifecycle(lifecycle: LifecycleReport, *, several: bool) -> None:
         print(f"{would}{'shown':<12} {name:<32} disable-model-invocation removed")
     for failure in lifecycle.failures:
         print(f"{'failed':<12} {failure.name:<32} {failure.action}: {failure.reason}")
+    for worse in lifecycle.worse:
+        print(f"{'worse':<12} {worse['name']:<32} kept for you to judge: {worse['evidence']}")
     counts: dict[str, int] = {}
     for t in lifecycle.transitions:
         counts[t.kind] = counts.get(t.kind, 0) + 1

@@ -46,6 +46,10 @@ class LiveSkill:
     owner: str
     record: Mapping[str, Any] | None
     provenance_created_at: datetime | None = None
+    #: For a skill whose verdict is `helps` (skilld.effect): the start of the newest session
+    #: that ran its command since it was learned. Its failure is not coming back: that is
+    #: activity, however rarely the skill itself is loaded.
+    exposed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +81,20 @@ def is_curatable(candidate: LiveSkill) -> bool:
 
 
 def anchor_of(
-    record: Mapping[str, Any] | None, provenance_created_at: datetime | None
+    record: Mapping[str, Any] | None,
+    provenance_created_at: datetime | None,
+    exposed_at: datetime | None = None,
 ) -> datetime | None:
+    """The newest real activity, else when the record (or the provenance) was created; a
+    `helps` skill's newest exposure counts when it is newer."""
+    moment = None
     if record:
         moment = latest_activity_at(record) or parse_timestamp(record.get("created_at"))
-        if moment is not None:
-            return moment
-    return provenance_created_at
+    if moment is None:
+        moment = provenance_created_at
+    if exposed_at is not None and (moment is None or exposed_at > moment):
+        return exposed_at
+    return moment
 
 
 def state_of(record: Mapping[str, Any] | None) -> str:
@@ -95,7 +106,7 @@ def decide(candidate: LiveSkill, now: datetime, thresholds: Thresholds) -> Trans
     """The one transition `candidate` makes at `now`, or None."""
     if not is_curatable(candidate):
         return None
-    anchor = anchor_of(candidate.record, candidate.provenance_created_at)
+    anchor = anchor_of(candidate.record, candidate.provenance_created_at, candidate.exposed_at)
     if anchor is None:
         return None
     state = state_of(candidate.record)

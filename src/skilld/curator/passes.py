@@ -51,6 +51,9 @@ class LifecycleReport:
     disabled: list[str] = field(default_factory=list)
     enabled: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    #: Skills whose verdict is `worse` (skilld effect), with the evidence: reported for a
+    #: person to judge, never moved for it.
+    worse: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,7 +72,26 @@ class LifecycleReport:
             "disabled_model_invocation": self.disabled,
             "enabled_model_invocation": self.enabled,
             "failures": [asdict(f) for f in self.failures],
+            "worse": self.worse,
         }
+
+
+def _effect_of(app: App, library: Library) -> tuple[dict[str, datetime], list[dict[str, str]]]:
+    """The newest exposure of each `helps` skill, and the `worse` skills with their evidence
+    (skilld.effect: one read for the library)."""
+    from skilld.effect.report import effect_records
+
+    exposed: dict[str, datetime] = {}
+    worse: list[dict[str, str]] = []
+    for record in effect_records(
+        app.state.conn, [library.name], min_exposures=app.config.effect.min_exposures
+    ):
+        verdict, last = record.outcome.verdict, parse_timestamp(record.measured.last_exposure)
+        if verdict == "helps" and last is not None:
+            exposed[record.name] = last
+        elif verdict == "worse":
+            worse.append({"name": record.name, "evidence": record.outcome.evidence})
+    return exposed, worse
 
 
 def read_last_run(app: App) -> datetime | None:
@@ -97,8 +119,11 @@ def run_lifecycle(
     report = LifecycleReport(now, dry_run, len(entries), len(managed), library=library.name)
     anchors = _CreationAnchors(app, library, managed)
     records = library.usage_records()
+    exposed, report.worse = _effect_of(app, library)
     candidates = [
-        LiveSkill(e.name, e.owner, record, anchors.created_at(e.name, record))
+        LiveSkill(
+            e.name, e.owner, record, anchors.created_at(e.name, record), exposed.get(e.name)
+        )
         for e in entries
         for record in (records.get(e.name),)
     ]
