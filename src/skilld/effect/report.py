@@ -83,6 +83,8 @@ def instant(text: str | None) -> str | None:
     and the effect tables write it); None when unreadable."""
     if not text:
         return None
+    if len(text) == 25 and text.endswith("+00:00") and text[10] == "T":
+        return text  # the form state.db writes: nothing to convert
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
@@ -428,21 +430,17 @@ class _Reads:
     ) -> dict[tuple[str, str], list[AnchorCounts]]:
         """Each anchor's exposures before and after it, in one pass over its range of the
         exposure index, with the after-exposures that loaded its skill (looked up in the
-        loads, a small table); its failures before and after, index range counts."""
+        loads); then its failures before and after, one pass over its range of the failure
+        index (a session that failed twice counts once)."""
         counts = {key: [AnchorCounts()] * len(own) for key, own in anchors.items()}
         self.loaded_runs: dict[tuple[str, str], list[SessionRun]] = {}
         for known in (True, False):
             # A known repository narrows every range; an unknown one spans the agent's runs.
             where = "{t}.repository = a.repository" if known else "1"
-            fails = (
-                "FROM effect_failures AS f WHERE f.signature = a.signature AND f.source = a.source"
-                f" AND {where.format(t='f')} AND f.class IN ('real', 'hook') AND f.session_ts"
-            )
+            anchors_of_kind = f"a.repository IS {'NOT NULL' if known else 'NULL'}"
             rows = self.conn.execute(
                 "SELECT a.id,"
                 " COUNT(r.session_ts < a.at OR NULL), COUNT(r.session_ts > a.at OR NULL),"
-                f" (SELECT COUNT(DISTINCT f.session) {fails} < a.at),"
-                f" (SELECT COUNT(DISTINCT f.session) {fails} > a.at),"
                 " MAX(r.session_ts),"
                 " json_group_array(json_array(r.session, r.repository, r.session_ts, "
                 + _FAILED + "))"
@@ -450,20 +448,31 @@ class _Reads:
                 " WHERE l.session = r.session AND l.library = a.library AND l.name = a.name))"
                 " FROM temp.effect_anchor AS a LEFT JOIN effect_runs AS r"
                 f" ON r.command = a.command AND r.source = a.source AND {where.format(t='r')}"
-                f" WHERE a.repository IS {'NOT NULL' if known else 'NULL'} GROUP BY a.id"
+                f" WHERE {anchors_of_kind} GROUP BY a.id"
             )  # fmt: skip
-            for anchor_id, before, after, failed_before, failed_after, newest, loaded in rows:
+            for anchor_id, before, after, newest, loaded in rows:
                 key, index = self._keys[anchor_id]
                 anchor = anchors[key][index]
                 newest = newest if newest is not None and newest > anchor.at else None
-                counts[key][index] = AnchorCounts(
-                    before, failed_before, after, failed_after, newest
-                )
+                counts[key][index] = AnchorCounts(before, 0, after, 0, newest)
                 for session, repository, session_ts, failed in json.loads(loaded):
                     run = SessionRun(
                         index, session, anchor.source, repository, session_ts, bool(failed)
                     )
                     self.loaded_runs.setdefault(key, []).append(run)
+            rows = self.conn.execute(
+                "SELECT a.id, COUNT(DISTINCT CASE WHEN f.session_ts < a.at THEN f.session END),"
+                " COUNT(DISTINCT CASE WHEN f.session_ts > a.at THEN f.session END)"
+                " FROM temp.effect_anchor AS a JOIN effect_failures AS f"
+                " ON f.signature = a.signature AND f.source = a.source"
+                f" AND {where.format(t='f')} AND f.class IN ('real', 'hook')"
+                f" WHERE {anchors_of_kind} GROUP BY a.id"
+            )  # fmt: skip
+            for anchor_id, failed_before, failed_after in rows:
+                key, index = self._keys[anchor_id]
+                counts[key][index] = counts[key][index]._replace(
+                    before_failures=failed_before, after_failures=failed_after
+                )
         return counts
 
     def _runs(

@@ -70,15 +70,17 @@ def _log_comb(n: int, k: int) -> float:
 
 def _hypergeometric(total: int, failures: int, drawn: int) -> tuple[int, list[float]]:
     """The support and probabilities of how many of `drawn` exposures are failures, when
-    `failures` of `total` are and the draw is at random."""
+    `failures` of `total` are and the draw is at random: the first from log-gamma, each next
+    one from the ratio of consecutive terms (exact to rounding, and one `lgamma` per test)."""
     low = max(0, drawn - (total - failures))
     high = min(drawn, failures)
-    denominator = _log_comb(total, drawn)
-    logs = [
-        _log_comb(failures, k) + _log_comb(total - failures, drawn - k) - denominator
-        for k in range(low, high + 1)
-    ]
-    return low, [math.exp(value) for value in logs]
+    first = _log_comb(failures, low) + _log_comb(total - failures, drawn - low)
+    probability = math.exp(first - _log_comb(total, drawn))
+    probabilities = [probability]
+    for k in range(low, high):
+        probability *= (failures - k) * (drawn - k) / ((k + 1) * (total - failures - drawn + k + 1))
+        probabilities.append(probability)
+    return low, probabilities
 
 
 def fisher_one_sided(
