@@ -121,9 +121,7 @@ def run_lifecycle(
     records = library.usage_records()
     exposed, report.worse = _effect_of(app, library)
     candidates = [
-        LiveSkill(
-            e.name, e.owner, record, anchors.created_at(e.name, record), exposed.get(e.name)
-        )
+        LiveSkill(e.name, e.owner, record, anchors.created_at(e.name, record), exposed.get(e.name))
         for e in entries
         for record in (records.get(e.name),)
     ]

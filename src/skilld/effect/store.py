@@ -94,10 +94,7 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
             " ON CONFLICT(session, command) DO UPDATE SET"
             " ok = ok + excluded.ok, failed = failed + excluded.failed,"
             " first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts)",
-            [
-                (*key, ok, failed, ts, *current[key[0]])
-                for key, (ok, failed, ts) in counts.items()
-            ],
+            [(*key, ok, failed, ts, *current[key[0]]) for key, (ok, failed, ts) in counts.items()],
         )
     failures = [
         (read.facts.session, *f[:8], int(f.resolved), *current[read.facts.session])
