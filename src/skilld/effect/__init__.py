@@ -2,6 +2,8 @@
 
 `signature` and `extract` are pure (a read's messages in, runs and failures out); `store` owns
 the effect tables of state.db; `record` is what the tick calls as it reads and reflects.
+`verdict` and `measure` are pure too (a skill's counts in, its verdict out); `report` reads
+each learned skill's effect (`skilld effect`); `watch` is what the tick records of it.
 """
 
-__all__ = ["extract", "record", "signature", "store"]
+__all__ = ["extract", "measure", "record", "report", "signature", "store", "verdict", "watch"]
