@@ -1,7 +1,8 @@
 """`skilld effect --json` against `skilld skills list --json` over the same library.
 
-Run: `python bench/effect.py [--skills 10000] [--failures 1000000] [--runs 3]`, or
-`python bench/effect.py --smoke` (100 skills, 10,000 failures, one run: seconds).
+Run: `python bench/effect.py [--skills 10000] [--failures 1000000] [--runs 3] [--keep DIR]`,
+or `python bench/effect.py --smoke` (100 skills, 10,000 failures, one run: seconds). With
+`--keep DIR` the library is built once (minutes) and timed again by each later run.
 
 The library holds `--skills` managed skills (rendered files, provenance, a usage record each,
 and the `created` event naming the window each was learned from). state.db holds what ticks
@@ -196,17 +197,24 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (the best)")
     parser.add_argument("--smoke", action="store_true", help="100 skills, 10,000 failures")
     parser.add_argument("--dir", type=Path, help="where to build (default: a temp dir)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="build into DIR once and keep it; a later run with the same DIR times it again",
+    )
     args = parser.parse_args()
     configure_logging("json", "error")
     skills, failures = (100, 10_000) if args.smoke else (args.skills, args.failures)
     runs = 1 if args.smoke else args.runs
-    base = Path(tempfile.mkdtemp(prefix="skilld-bench-effect-", dir=args.dir))
+    base = args.keep or Path(tempfile.mkdtemp(prefix="skilld-bench-effect-", dir=args.dir))
     try:
-        start = time.perf_counter()
-        config = build(base, skills, failures)
-        print(
-            f"built {skills:,} skills, {failures:,} failures in {time.perf_counter() - start:.1f}s"
-        )
+        config = base / "config.toml"
+        if not config.exists():
+            start = time.perf_counter()
+            config = build(base, skills, failures)
+            spent = time.perf_counter() - start
+            print(f"built {skills:,} skills, {failures:,} failures in {spent:.1f}s")
         listing, effect = best_ms(
             [command(config, "skills", "list", "--json"), command(config, "effect", "--json")],
             runs,
@@ -215,7 +223,8 @@ def main() -> int:
         print(f"{'skills':>7} {'failures':>10} {'list ms':>8} {'effect ms':>10} {'ratio':>6}")
         print(f"{skills:>7,} {failures:>10,} {listing:>8.1f} {effect:>10.1f} {ratio:>5.2f}x")
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
     if ratio >= 2:
         print(f"effect --json took {ratio:.2f}x skills list --json (target: under 2x)")
         return 1 if not args.smoke else 0

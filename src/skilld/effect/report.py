@@ -144,11 +144,15 @@ def effect_records(
         outcome = judge(counts, min_exposures)
         if key not in versions:
             outcome = outcome._replace(evidence=NO_WINDOW)
-        came_back = recurrences(
-            own,
-            reads.failed_runs.get(key, []),
-            excluded=excluded,
-            loaded={run.session for run in reads.loaded_runs.get(key, [])},
+        came_back = (
+            recurrences(
+                own,
+                reads.failed_runs[key],
+                excluded=excluded,
+                loaded={run.session for run in reads.loaded_runs.get(key, [])},
+            )
+            if key in reads.failed_runs
+            else []
         )
         records.append(SkillEffect(key[0], key[1], measured, outcome, came_back))
     return records
