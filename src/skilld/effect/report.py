@@ -432,12 +432,20 @@ class _Reads:
     def _counts(
         self, anchors: Mapping[tuple[str, str], list[Anchor]]
     ) -> dict[tuple[str, str], list[AnchorCounts]]:
-        """Each anchor's exposures before and after it, in one pass over its range of the
-        exposure index, with the after-exposures that loaded its skill (looked up in the
-        loads); then its failures before and after, one pass over its range of the failure
-        index (a session that failed twice counts once)."""
+        """Each anchor's exposures before and after it, one pass over its range of the exposure
+        index; its failures before and after, one pass over its range of the failure index (a
+        session that failed twice counts once); and the after-exposures of the sessions that
+        loaded its skill, read from the loads in their order (each a lookup of the session's
+        run of the command), cheaper than a lookup in the loads for every exposure."""
         counts = {key: [AnchorCounts()] * len(own) for key, own in anchors.items()}
-        self.loaded_runs: dict[tuple[str, str], list[SessionRun]] = {}
+        self.loaded_runs = self._grouped(
+            "SELECT a.id, " + _RUN + ", " + _FAILED +
+            " FROM effect_loads AS l CROSS JOIN temp.effect_anchor AS a"
+            " ON a.library = l.library AND a.name = l.name"
+            " CROSS JOIN effect_runs AS r ON r.session = l.session AND r.command = a.command"
+            " AND r.source = a.source AND {repository} WHERE r.session_ts > a.at",
+            "r",
+        )  # fmt: skip
         for known in (True, False):
             # A known repository narrows every range; an unknown one spans the agent's runs.
             where = "{t}.repository = a.repository" if known else "1"
@@ -445,25 +453,15 @@ class _Reads:
             rows = self.conn.execute(
                 "SELECT a.id,"
                 " COUNT(r.session_ts < a.at OR NULL), COUNT(r.session_ts > a.at OR NULL),"
-                " MAX(r.session_ts),"
-                " json_group_array(json_array(r.session, r.repository, r.session_ts, "
-                + _FAILED + "))"
-                " FILTER (WHERE r.session_ts > a.at AND EXISTS (SELECT 1 FROM effect_loads AS l"
-                " WHERE l.session = r.session AND l.library = a.library AND l.name = a.name))"
+                " MAX(r.session_ts)"
                 " FROM temp.effect_anchor AS a LEFT JOIN effect_runs AS r"
                 f" ON r.command = a.command AND r.source = a.source AND {where.format(t='r')}"
                 f" WHERE {anchors_of_kind} GROUP BY a.id"
             )  # fmt: skip
-            for anchor_id, before, after, newest, loaded in rows:
+            for anchor_id, before, after, newest in rows:
                 key, index = self._keys[anchor_id]
-                anchor = anchors[key][index]
-                newest = newest if newest is not None and newest > anchor.at else None
+                newest = newest if newest is not None and newest > anchors[key][index].at else None
                 counts[key][index] = AnchorCounts(before, 0, after, 0, newest)
-                for session, repository, session_ts, failed in json.loads(loaded):
-                    run = SessionRun(
-                        index, session, anchor.source, repository, session_ts, bool(failed)
-                    )
-                    self.loaded_runs.setdefault(key, []).append(run)
             rows = self.conn.execute(
                 "SELECT a.id, COUNT(DISTINCT CASE WHEN f.session_ts < a.at THEN f.session END),"
                 " COUNT(DISTINCT CASE WHEN f.session_ts > a.at THEN f.session END)"
