@@ -13,10 +13,14 @@ session's window that showed its signature fail and resolve; the skills' signatu
 the failures every session draws, so each skill has exposures and recurrences before and
 after it.
 
-Both commands run in this process (`skilld.cli.main`: parser, config, read, JSON printed to
-a buffer), taking turns, each the best of `--runs`, so the machine's other load weighs on
-both sides.
-Target: effect within 2x of skills list (exits 1 when it is not).
+The daemon measures every skill after each tick that reads sessions and keeps the rows
+(`skilld.effect.watch`), and `skilld effect` prints them while nothing they were measured from
+has changed. So the library is measured once as a tick does (timed: what a tick pays), and
+then the commands run in this process (`skilld.cli.main`: parser, config, read, JSON printed
+to a buffer), taking turns, each the best of `--runs`, so the machine's other load weighs on
+every side: `skills list --json`, `effect --json` as the daemon leaves it, and `effect --json`
+measuring afresh (the kept rows dropped first: a skill written since the last tick).
+Target: effect as the daemon leaves it within 2x of skills list (exits 1 when it is not).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import io
 import json
 import random
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -35,13 +40,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from skilld import cli as skilld_cli
+from skilld.config import EffectConfig
 from skilld.digest import sha256_hex
+from skilld.effect import watch
+from skilld.effect.report import MEASUREMENT_KEY
 from skilld.log import configure_logging
 from skilld.skills.document import SkillDoc, render_skill
 from skilld.skills.usage import UsageStore, format_timestamp, new_record
 from skilld.state import StateDB
 
 LIBRARY = "default"
+MIN_EXPOSURES = EffectConfig().min_exposures
 SOURCE = "claude-code"
 START = datetime(2025, 12, 1, tzinfo=UTC)
 COMMANDS = 1000
@@ -178,6 +187,31 @@ def command(config: Path, *args: str) -> Callable[[], None]:
     return run
 
 
+def measure_as_a_tick(state_dir: Path) -> float:
+    """Measure every skill and keep the rows, as a tick that read sessions does; its ms."""
+    state = StateDB(state_dir / "state.db")
+    try:
+        start = time.perf_counter()
+        observation = watch.observe(state, [LIBRARY], min_exposures=MIN_EXPOSURES)
+        watch.record(state, observation)
+        return 1000 * (time.perf_counter() - start)
+    finally:
+        state.close()
+
+
+def unkept(state_dir: Path, run: Callable[[], None]) -> Callable[[], None]:
+    """`run` with the daemon's kept measurement dropped first, so it measures afresh."""
+
+    def afresh() -> None:
+        conn = sqlite3.connect(state_dir / "state.db")
+        with conn:
+            conn.execute("DELETE FROM meta WHERE key = ?", (MEASUREMENT_KEY,))
+        conn.close()
+        run()
+
+    return afresh
+
+
 def best_ms(commands: list[Callable[[], None]], runs: int) -> list[float]:
     """Each command's best time of `runs`, the commands taking turns (so that a burst of the
     machine's other load weighs on both)."""
@@ -215,13 +249,24 @@ def main() -> int:
             config = build(base, skills, failures)
             spent = time.perf_counter() - start
             print(f"built {skills:,} skills, {failures:,} failures in {spent:.1f}s")
-        listing, effect = best_ms(
-            [command(config, "skills", "list", "--json"), command(config, "effect", "--json")],
+        tick = measure_as_a_tick(base / "state")
+        listing, effect, afresh = best_ms(
+            [
+                command(config, "skills", "list", "--json"),
+                command(config, "effect", "--json"),
+                unkept(base / "state", command(config, "effect", "--json")),
+            ],
             runs,
         )
         ratio = effect / listing
-        print(f"{'skills':>7} {'failures':>10} {'list ms':>8} {'effect ms':>10} {'ratio':>6}")
-        print(f"{skills:>7,} {failures:>10,} {listing:>8.1f} {effect:>10.1f} {ratio:>5.2f}x")
+        print(
+            f"{'skills':>7} {'failures':>10} {'list ms':>8} {'effect ms':>10} {'ratio':>6}"
+            f" {'afresh ms':>10} {'ratio':>6} {'tick ms':>8}"
+        )
+        print(
+            f"{skills:>7,} {failures:>10,} {listing:>8.1f} {effect:>10.1f} {ratio:>5.2f}x"
+            f" {afresh:>10.1f} {afresh / listing:>5.2f}x {tick:>8.1f}"
+        )
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)

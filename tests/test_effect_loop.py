@@ -8,6 +8,7 @@ revision the next window showing the failure asks for.
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,56 @@ def test_effect_after_real_ticks(workspace: Workspace, fake_llm: FakeLLM) -> Non
     # The evidence as the tick saw it, the late session's own failure counted.
     assert "not-triggered; loaded in 4 of 13 later sessions; failed again in 4" in updated["reason"]
     assert NEW_DESCRIPTION in skill_file.read_text()
+
+
+def test_effect_prints_the_daemons_measurement_while_nothing_it_read_changed(
+    workspace: Workspace, fake_llm: FakeLLM
+) -> None:
+    """A tick that reads sessions measures every skill and keeps the rows; `skilld effect`
+    prints them until a session is read, a version written or the provenance changes."""
+    fake_llm.responder = responder
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    shop = str(checkout(workspace.root / "shop", "https://github.com/acme/shop.git"))
+    now = datetime.now(UTC)
+    for n in range(3):
+        workspace.add_session(f"b{n}", push_session(now - timedelta(days=5 - n), shop, fails=True))
+    workspace.add_session("src", push_session(now - timedelta(days=1), shop, fails=True,
+                                              ask=SOURCE_MARK))  # fmt: skip
+    once(workspace)
+    # The skill is created after the tick's measurement: the kept rows are stale, not printed.
+    (row,) = effect_json(workspace)
+    assert (row["name"], row["before"]["failures"]) == ("push-upstream", 3)
+    workspace.add_session("a0", push_session(now + timedelta(hours=1), shop, fails=False))
+    once(workspace)
+    (row,) = effect_json(workspace)
+
+    def kept() -> dict[str, Any]:
+        with sqlite3.connect(workspace.state / "state.db") as conn:
+            (value,) = conn.execute(
+                "SELECT value FROM meta WHERE key = 'effect_measurement'"
+            ).fetchone()
+        return json.loads(value)
+
+    measured = kept()
+    assert measured["rows"] == [row]
+    # Printed from what the tick kept: a mark put into the kept rows shows.
+    measured["rows"][0]["evidence"] = "kept by the daemon"
+    with sqlite3.connect(workspace.state / "state.db") as conn:
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'effect_measurement'", (json.dumps(measured),)
+        )
+    assert [r["evidence"] for r in effect_json(workspace)] == ["kept by the daemon"]
+    # A skill written since (new provenance) makes the kept rows stale: measured afresh.
+    written = workspace.cli(
+        "skills", "write", "by-hand", "--description", "Written by a person.", "--content", "x"
+    )
+    assert written.returncode == 0, written.stderr
+    rows = effect_json(workspace)
+    assert [r["name"] for r in rows] == ["by-hand", "push-upstream"]
+    assert rows[1] == row
+    # A session read since moves the effect tables on: the next tick measures and keeps again.
+    workspace.add_session("a1", push_session(now + timedelta(hours=2), shop, fails=True))
+    once(workspace)
+    assert kept()["rows"] == effect_json(workspace)
+    assert effect_json(workspace)[1]["after"]["failures"] == 1

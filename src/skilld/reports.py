@@ -226,7 +226,15 @@ def effect_records(
 def effect_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
     """`skilld effect --json` and `/api/effect`: one row per learned skill of `library`
     (`--library`), or of every library."""
-    chosen = [app.select(library).name] if library is not None else None
+    from skilld.effect.report import kept_rows
+
+    if library is not None:
+        chosen = [app.select(library).name]
+    else:
+        chosen = [each.name for each in app.all_libraries()]
+    kept = kept_rows(app.state.conn, chosen, min_exposures=app.config.effect.min_exposures)
+    if kept is not None:
+        return kept
     return [record.row() for record in effect_records(app, chosen)]
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from skilld.digest import sha256_hex
 from skilld.effect.measure import (
     Anchor,
     AnchorCounts,
@@ -33,6 +34,7 @@ from skilld.effect.measure import (
     learned_failures,
     recurrences,
 )
+from skilld.effect.store import generation
 from skilld.effect.verdict import Outcome, Pooled, judge, pool
 
 #: The events that wrote a version of a skill from a window.
@@ -40,6 +42,10 @@ LEARNING_KINDS = ("created", "updated", "merged")
 
 #: The evidence of a skill written by a person or an agent's tool, from no session window.
 NO_WINDOW = "written from no session window (by hand or by a tool): nothing to measure"
+
+
+#: state.db meta: the rows of the daemon's last measurement, with the stamp it was taken at.
+MEASUREMENT_KEY = "effect_measurement"
 
 
 class SkillEffect(NamedTuple):
@@ -163,6 +169,47 @@ def effect_rows(
 ) -> list[dict[str, Any]]:
     """`skilld effect --json`: one row per learned skill."""
     return [record.row() for record in effect_records(conn, libraries, min_exposures=min_exposures)]
+
+
+def measurement_stamp(conn: sqlite3.Connection, *, min_exposures: int) -> list[Any]:
+    """Everything a measurement reads besides the effect tables' rows (whose writes bump their
+    generation): the versions' events, the provenance of every learned skill, the threshold.
+    Two measurements under one stamp give the same rows."""
+    newest_version = conn.execute(
+        f"SELECT MAX(id) FROM events WHERE kind IN ({','.join('?' * len(LEARNING_KINDS))})",
+        LEARNING_KINDS,
+    ).fetchone()[0]
+    provenance = conn.execute(
+        "SELECT library, name, created_at, session, first_message, last_message, git"
+        " FROM provenance ORDER BY library, name"
+    ).fetchall()
+    digest = sha256_hex(repr([tuple(row) for row in provenance]).encode("utf-8"))
+    return [generation(conn), newest_version, digest, min_exposures]
+
+
+def measurement(
+    records: Iterable[SkillEffect], libraries: Sequence[str], stamp: list[Any]
+) -> dict[str, Any]:
+    """What the daemon keeps of a measurement of every library (`MEASUREMENT_KEY`)."""
+    return {"stamp": stamp, "libraries": list(libraries), "rows": [r.row() for r in records]}
+
+
+def kept_rows(
+    conn: sqlite3.Connection, libraries: Sequence[str], *, min_exposures: int
+) -> list[dict[str, Any]] | None:
+    """The rows of `libraries` from the daemon's last measurement, when nothing it read has
+    changed since (its stamp is today's); None otherwise. The daemon measures after every
+    tick that reads sessions, so a command over a large library does not measure again."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (MEASUREMENT_KEY,)).fetchone()
+    if row is None:
+        return None
+    kept = json.loads(row[0])
+    if not set(libraries) <= set(kept.get("libraries", ())):
+        return None
+    if kept.get("stamp") != measurement_stamp(conn, min_exposures=min_exposures):
+        return None
+    wanted = set(libraries)
+    return [r for r in kept["rows"] if r["library"] in wanted]
 
 
 def pooled(records: Iterable[SkillEffect]) -> Pooled:

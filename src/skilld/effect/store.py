@@ -17,6 +17,24 @@ from typing import Any, NamedTuple
 
 from skilld.effect.extract import CLASSES, COUNTED_CLASSES, Failure, ToolRun
 
+#: state.db meta: bumped by every write to the effect tables, so a measurement taken from them
+#: can tell whether it still holds (`skilld.effect.report.measurement_stamp`).
+GENERATION_KEY = "effect_generation"
+
+
+def _changed(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES (?, '1')"
+        " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        (GENERATION_KEY,),
+    )
+
+
+def generation(conn: sqlite3.Connection) -> int:
+    """How many writes the effect tables have had (0: none yet)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (GENERATION_KEY,)).fetchone()
+    return int(row[0]) if row else 0
+
 
 class SessionFacts(NamedTuple):
     session: str  # "<kind>:<id>"
@@ -55,6 +73,7 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
     step when those change), so the effect report counts exposures by index alone."""
     if not reads:
         return
+    _changed(conn)
     sessions = sorted({read.facts.session for read in reads})
     before = _session_columns(conn, sessions)
     conn.executemany(
@@ -149,6 +168,7 @@ def _resolve_earlier(
 
 def forget_from(conn: sqlite3.Connection, session: str, seq: int) -> None:
     """Drop a session's failures from `seq` on: its file was replaced and is read again."""
+    _changed(conn)
     conn.execute("DELETE FROM effect_failures WHERE session = ? AND seq >= ?", (session, seq))
 
 
@@ -156,9 +176,12 @@ def record_loads(
     conn: sqlite3.Connection, session: str, library: str, names: Iterable[str]
 ) -> None:
     """The session loaded these skills of `library`."""
+    rows = [(session, library, name) for name in names]
+    if not rows:
+        return
+    _changed(conn)
     conn.executemany(
-        "INSERT OR IGNORE INTO effect_loads(session, library, name) VALUES (?, ?, ?)",
-        [(session, library, name) for name in names],
+        "INSERT OR IGNORE INTO effect_loads(session, library, name) VALUES (?, ?, ?)", rows
     )
 
 

@@ -12,7 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from skilld.effect.measure import COUNTED_CLASSES
-from skilld.effect.report import SkillEffect, effect_records
+from skilld.effect.report import (
+    MEASUREMENT_KEY,
+    SkillEffect,
+    effect_records,
+    measurement,
+    measurement_stamp,
+)
 from skilld.effect.store import window_failures
 from skilld.effect.verdict import needs_revision
 from skilld.state import StateDB
@@ -48,6 +54,8 @@ class Observation(NamedTuple):
     verdicts: dict[str, str]
     revise: dict[str, list[dict[str, str]]]
     seen: int
+    #: Every skill's row, for the commands to print while it still holds.
+    measurement: dict[str, Any]
 
 
 def _key(library: str, name: str) -> str:
@@ -107,6 +115,8 @@ def observe(state: StateDB, libraries: Sequence[str], *, min_exposures: int) -> 
             (seen,),
         ).fetchall()
     }
+    # Taken before the measurement: a change while it runs makes the stamp stale, not wrong.
+    stamp = measurement_stamp(conn, min_exposures=min_exposures)
     records = effect_records(conn, libraries, min_exposures=min_exposures)
     signatures = {signature for signature, _ in fresh}
     touched = [
@@ -138,6 +148,7 @@ def observe(state: StateDB, libraries: Sequence[str], *, min_exposures: int) -> 
         verdicts={_key(r.library, r.name): r.outcome.verdict for r in records},
         revise=revisable(records),
         seen=newest,
+        measurement=measurement(records, libraries, stamp),
     )
 
 
@@ -169,6 +180,7 @@ def record(state: StateDB, observation: Observation) -> None:
         state.set_meta(VERDICTS_KEY, observation.verdicts)
         state.set_meta(REVISE_KEY, observation.revise)
         state.set_meta(SEEN_KEY, observation.seen)
+        state.set_meta(MEASUREMENT_KEY, observation.measurement)
 
 
 def revision_offers(
