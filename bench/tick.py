@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from skilld.app import open_app  # noqa: E402
 from skilld.config import Config, build_config  # noqa: E402
+from skilld.effect import record as effect_record  # noqa: E402
 from skilld.evolve import supervisor  # noqa: E402
 from skilld.evolve.supervisor import Evolver  # noqa: E402
 from skilld.evolve.wiring import bind_sources  # noqa: E402
@@ -264,7 +265,7 @@ def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, f
     against the same tick with the recording replaced by nothing. CPU seconds, not wall time:
     both ticks do the same I/O, and on a shared machine the wall clock mostly measures the other
     processes."""
-    recording, history = supervisor.record_session_read, supervisor.window_history
+    recording, history = effect_record.record_session_read, supervisor.window_history
     server = subprocess.Popen(
         [sys.executable, "-c", LOOPBACK_LLM], stdout=subprocess.PIPE, text=True
     )
@@ -283,7 +284,7 @@ def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, f
                 evolve.update(min_messages=2, cooldown_seconds=0)
             harness = Harness(root, sessions, llm_url=base_url, **evolve)
             if not record:
-                supervisor.record_session_read = lambda *a, **k: None
+                effect_record.record_session_read = lambda *a, **k: None
                 supervisor.window_history = lambda *a, **k: []
 
             async def tick() -> float:
@@ -296,7 +297,7 @@ def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, f
             try:
                 elapsed = anyio.run(tick)
             finally:
-                supervisor.record_session_read, supervisor.window_history = recording, history
+                effect_record.record_session_read, supervisor.window_history = recording, history
             state = harness.app.state.conn
             recorded = state.execute("SELECT COUNT(*) FROM effect_failures").fetchone()[0]
             assert recorded == ((count + 1) // 2 if record else 0)

@@ -8,18 +8,24 @@ once per source by the backfill pass over history the tick itself never holds.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
 
 from skilld.effect import store
 from skilld.effect.extract import COUNTED_CLASSES, extract, utc_iso
 from skilld.gitinfo import GitContext
-from skilld.transcripts.model import SessionRead
+from skilld.transcripts.model import Cursor, ScanResult, SessionRead, Source
+
+if TYPE_CHECKING:
+    from skilld.state import StateDB
 
 
 def record_session_read(
     conn: sqlite3.Connection,
     read: SessionRead,
-    *,
     library: str,
     first_seq: int,
     observed: GitContext | None,
@@ -48,33 +54,106 @@ def record_session_read(
         batch.append(record)
 
 
-def record_backfill(
-    conn: sqlite3.Connection, read: SessionRead, *, library: str, observed: GitContext | None
+class Recorder:
+    """The effect rows of one source's reads in a tick: each read is extracted as the tick
+    holds it, and all are written in one statement per table when the block that uses the
+    recorder ends without an error (inside the caller's transaction)."""
+
+    def __init__(
+        self,
+        state: StateDB,
+        library: str,
+        observe: Callable[[str | None], GitContext | None],
+        now: float,
+    ) -> None:
+        self.state, self.library, self.observe, self.now = state, library, observe, now
+        self.batch: list[store.ReadRecord] = []
+
+    def add(self, read: SessionRead, first_seq: int, cwd: str | None) -> None:
+        """`read`, whose first message is the session's message `first_seq`; `cwd` is where
+        the session worked when the read does not say. Inside the caller's transaction."""
+        observed = self.observe(getattr(read, "cwd", None) or cwd)
+        conn = self.state.conn
+        record_session_read(conn, read, self.library, first_seq, observed, self.now, self.batch)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, error: type[BaseException] | None, *rest: object) -> None:
+        if error is None:
+            store.record_reads(self.state.conn, self.batch)
+        self.batch = []
+
+    async def history(
+        self, source: Source, cursors: Mapping[str, Cursor], scan: ScanResult, first_look: bool
+    ) -> None:
+        """On a source's first look that saw its files (a failed look is no first look), the
+        history the backfill window left at its end: see `record_history`."""
+        if first_look and (scan.seen or not scan.errors):
+            await record_history(self.state, source, self.library, cursors, scan, self.observe)
+
+
+def record_session_loads(state: StateDB, loads: Mapping[tuple[str, str], set[str]]) -> None:
+    """The skills each (library, session) loaded, in one transaction."""
+    with state.transaction() as conn:
+        for (library, session), names in loads.items():
+            store.record_loads(conn, session, library, names)
+
+
+async def record_history(
+    state: StateDB,
+    source: Source,
+    library: str,
+    cursors: Mapping[str, Cursor],
+    scan: ScanResult,
+    observe: Callable[[str | None], GitContext | None],
 ) -> None:
-    """Record a session's history the tick started at its end (older than the backfill
-    window): numbered below zero, before the messages the tick will hold from index 0."""
-    if read.messages:
-        record_session_read(
-            conn,
-            read._replace(reset=False),
-            library=library,
-            first_seq=-len(read.messages),
-            observed=observed,
-            now=read.mtime if read.mtime is not None else 0.0,
-        )
+    """On a source's first look: the sessions `scan` started at their end (older than the
+    backfill window) are read again from their start, once, for the effect tables only:
+    recorded, never held, never reflected. Their messages are numbered below zero, before
+    those the tick will hold from index 0."""
+    skipped = {read.session for read in scan.reads if not read.messages}
+    if not skipped:
+        return
+    known = {key: cursor for key, cursor in cursors.items() if key not in skipped}
+    history = await anyio.to_thread.run_sync(lambda: source.scan(known))
+    batch: list[store.ReadRecord] = []
+    with state.transaction() as conn:
+        for read in history.reads:
+            if read.session in skipped and read.messages:
+                record_session_read(
+                    conn,
+                    read._replace(reset=False),
+                    library,
+                    -len(read.messages),
+                    observe(read.cwd),
+                    read.mtime if read.mtime is not None else 0.0,
+                    batch,
+                )
+        store.record_reads(conn, batch)
 
 
-def window_history(
-    conn: sqlite3.Connection,
-    *,
-    session: str,
-    source: str,
-    repository: str | None,
-    first_message: int,
-    last_message: int,
-) -> list[tuple[int, str]]:
+class Window(Protocol):
+    """A window of a session, as the tick reflects it."""
+
+    @property
+    def session(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def git(self) -> GitContext | None: ...
+    @property
+    def first_message(self) -> int: ...
+    @property
+    def last_message(self) -> int: ...
+
+
+def window_history(conn: sqlite3.Connection, window: Window) -> list[tuple[int, str]]:
     """(earlier sessions, signature) for each real or hook failure the window shows that also
     failed in earlier sessions of the same agent (and repository, when known)."""
+    session, source, git = window.session, window.source, window.git
+    first_message, last_message = window.first_message, window.last_message
+    repository = git.repository if git is not None else None
     seen: set[str] = set()
     history: list[tuple[int, str]] = []
     for failure in store.window_failures(conn, session, first_message, last_message):

@@ -35,8 +35,7 @@ import anyio
 from skilld.app import App
 from skilld.config import backfill_cutoff
 from skilld.effect import watch as effect_watch
-from skilld.effect.record import record_backfill, record_session_read, window_history
-from skilld.effect.store import ReadRecord, record_loads, record_reads
+from skilld.effect.record import Recorder, record_session_loads, window_history
 from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
 from skilld.evolve._judge import (
     Failed,
@@ -89,7 +88,7 @@ from skilld.skills.library import (
 )
 from skilld.skills.usage import happened_at
 from skilld.state import Held, KeptProposal, SessionState, utc_now_iso
-from skilld.transcripts.model import Message, ScanResult, SkillSignal
+from skilld.transcripts.model import Message, SkillSignal
 from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.signals import skill_signals
 
@@ -250,8 +249,7 @@ class Evolver:
         now = self.clock()
         signals: list[tuple[SkillSignal, str, str | None]] = []  # (signal, session, cwd)
         library = self.app.libraries[binding.library]
-        recorded: list[ReadRecord] = []  # for the effect tables, written at once
-        with state.transaction():
+        with state.transaction(), Recorder(state, binding.library, self._observe, now) as recorder:
             for read in scan.reads:
                 session = state.session(read.session) or SessionState(
                     key=read.session,
@@ -268,16 +266,7 @@ class Evolver:
                     # The file was replaced: what was held came from a file that is gone.
                     state.drop_held(read.session)
                     held = Held(start=held.start, last_append_at=held.last_append_at)
-                cwd = getattr(read, "cwd", None) or session.cwd
-                record_session_read(
-                    state.conn,
-                    read,
-                    library=binding.library,
-                    first_seq=held.end,
-                    observed=self._observe(cwd),
-                    now=now,
-                    batch=recorded,
-                )
+                recorder.add(read, held.end, session.cwd)
                 if read.messages:
                     encoded = [encode_message(m) for m in read.messages]
                     state.append_held(read.session, held.end, encoded)
@@ -293,7 +282,6 @@ class Evolver:
                 dirs = self._skills_dirs(library, session.cwd)
                 found = skill_signals(read, list(dirs))
                 signals += [(signal, read.session, session.cwd) for signal in found]
-            record_reads(state.conn, recorded)
             gone = cursors.keys() - scan.seen
             if gone:
                 for key in state.forget_sessions(sid, gone):
@@ -302,28 +290,9 @@ class Evolver:
                 # A first look that saw nothing because the source failed is no first look:
                 # the backfill policy still applies to the files it will find once readable.
                 state.set_meta(started_key, True)
-        if first_time and cutoff is not None and (scan.seen or not scan.errors):
-            await self._backfill_effect(binding, scan)
+        await recorder.history(binding.source, cursors, scan, first_time and cutoff is not None)
         if signals:
             self._count_signals(library, signals)
-
-    async def _backfill_effect(self, binding: SourceBinding, scan: ScanResult) -> None:
-        """Once, on a source's first look: the history of the sessions it started at their
-        end (older than the backfill window) is read again from the start for the effect
-        measure only: recorded, never held, never reflected."""
-        skipped = {read.session for read in scan.reads if not read.messages}
-        if not skipped:
-            return
-        cursors = self._cursors[binding.id]
-        known = {key: cursor for key, cursor in cursors.items() if key not in skipped}
-        history = await anyio.to_thread.run_sync(lambda: binding.source.scan(known))
-        with self.app.state.transaction():
-            for read in history.reads:
-                if read.session in skipped:
-                    observed = self._observe(read.cwd)
-                    record_backfill(
-                        self.app.state.conn, read, library=binding.library, observed=observed
-                    )
 
     def _listing(self, library: Library) -> list[SkillEntry]:
         if library.name not in self._listings:
@@ -351,7 +320,7 @@ class Evolver:
         now = datetime.fromtimestamp(self.clock(), UTC)
         #: When each (skill, session) last used it: the transcript's time, not the reading's.
         last_use: dict[tuple[str, str], datetime] = {}
-        loads: dict[str, dict[str, set[str]]] = {}  # library -> session -> skills (for effect)
+        loads: dict[tuple[str, str], set[str]] = {}  # (library, session) -> skills it loaded
         names = {entry.name for entry in self._listing(user) if entry.root == user.root}
         for signal, session, cwd in signals:
             target: Library | None = None
@@ -367,7 +336,7 @@ class Evolver:
                 continue
             at = happened_at(signal.at, now)
             bumps.setdefault(target.name, (target, []))[1].append((signal.name, signal.kind, at))
-            loads.setdefault(target.name, {}).setdefault(session, set()).add(signal.name)
+            loads.setdefault((target.name, session), set()).add(signal.name)
             if signal.kind == "use":
                 uses.setdefault(target.name, Counter())[(signal.name, session)] += 1
                 key = (signal.name, session)
@@ -383,12 +352,7 @@ class Evolver:
                         for key, m in last_use.items()
                     },
                 )
-        if not loads:
-            return
-        with self.app.state.transaction() as conn:
-            for name, loaded in loads.items():
-                for session, skills in loaded.items():
-                    record_loads(conn, session, name, skills)
+        record_session_loads(self.app.state, loads)
 
     # -- gate and reflect ----------------------------------------------------------------------
 
@@ -605,14 +569,7 @@ class Evolver:
         user = self.app.libraries[job.library]
         git = job.git
         header = session_header(git.repository, git.branch) if git is not None else ""
-        recurred = window_history(
-            state.conn,
-            session=job.session,
-            source=job.source,
-            repository=git.repository if git is not None else None,
-            first_message=job.first_message,
-            last_message=job.last_message,
-        )
+        recurred = window_history(state.conn, job)
         lines = history_lines(recurred) + effect_lines(job.revisions)
         redaction = redact(header + lines + render_window(job.messages))
         if redaction.counts:
