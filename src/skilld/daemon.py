@@ -23,8 +23,8 @@ from anyio.abc import TaskStatus
 from skilld.app import App, open_app
 from skilld.config import Config, ConfigError
 from skilld.errors import LibraryError, UsageError
-from skilld.evolve.report import TickReport
-from skilld.evolve.supervisor import SPEND_KEY, Evolver
+from skilld.evolve.report import SPEND_KEY, TickReport
+from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
 from skilld.log import configure_logging, get_logger

@@ -23,11 +23,12 @@ _EXPORTS = {
         "replay",
     ),
     **dict.fromkeys(
-        ["DAILY_SPEND_DAYS", "DAILY_SPEND_KEY", "TickReport", "WindowRecord"], "report"
+        ["DAILY_SPEND_DAYS", "DAILY_SPEND_KEY", "SPEND_KEY", "TickReport", "WindowRecord"],
+        "report",
     ),
     **dict.fromkeys(["ReviewQueue", "Staged"], "review"),
     **dict.fromkeys(["risky_patterns"], "safety"),
-    **dict.fromkeys(["SPEND_KEY", "Evolver"], "supervisor"),
+    **dict.fromkeys(["Evolver"], "supervisor"),
     **dict.fromkeys(["delimit"], "window"),
     **dict.fromkeys(["SourceBinding", "bind_sources", "llm_settings"], "wiring"),
 }

@@ -15,8 +15,8 @@ import anyio
 
 from skilld.errors import Failure, Protected
 from skilld.evolve._judge import Failed, Invalid, Propose, Skip, Verdict
-from skilld.evolve.report import DAILY_SPEND_KEY, Spend, TickReport, add_daily_spend
-from skilld.evolve.supervisor import SPEND_KEY, Evolver
+from skilld.evolve.report import DAILY_SPEND_KEY, SPEND_KEY, Spend, TickReport, add_daily_spend
+from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import llm_settings
 from skilld.llm import LLMClient
 from skilld.skills.document import SkillDoc, same_text

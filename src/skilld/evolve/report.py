@@ -6,9 +6,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from skilld.evolve.backlog import PROMPT_CHARS_KEY
 from skilld.evolve.window import estimate_tokens
 from skilld.llm import LLMError, LLMReply
+from skilld.state import StateDB, utc_now_iso
 
+#: state.db meta: the LLM calls of the last hour, the spend cap's count (kept over restarts).
+SPEND_KEY = "llm_spend"
 #: How many source errors a tick keeps for `status`; the total is always counted.
 MAX_REPORTED_SOURCE_ERRORS = 100
 #: state.db meta: LLM calls and tokens per UTC day, {"YYYY-MM-DD": {...}}, the last 30 days.
@@ -118,3 +122,49 @@ class TickReport:
             "source_errors_total": len(self.source_errors),
             "outage": self.outage,
         }
+
+
+def record_tick(
+    state: StateDB,
+    report: TickReport,
+    llm_health: dict[str, Any],
+    spend_record: Any,
+    prompt_chars: dict[str, int],
+    heartbeat: float,
+) -> None:
+    """What `status` reads of a tick: the tick, the heartbeat, the LLM's health and spend,
+    the prompt sizes measured, the lines skipped and the sources' errors."""
+    with state.transaction():
+        state.set_meta("last_tick", report.as_dict())
+        state.set_meta("heartbeat", heartbeat)
+        state.set_meta("llm_health", llm_health)
+        state.set_meta(SPEND_KEY, spend_record)
+        if report.llm_calls:
+            day = utc_now_iso(report.started_at)[:10]
+            daily = state.get_meta(DAILY_SPEND_KEY, {})
+            state.set_meta(DAILY_SPEND_KEY, add_daily_spend(daily, day, report.spend()))
+        if prompt_chars:
+            measured = state.get_meta(PROMPT_CHARS_KEY, {})
+            state.set_meta(PROMPT_CHARS_KEY, {**measured, **prompt_chars})
+        total = state.get_meta("skipped_lines_total", 0) + report.skipped_lines
+        state.set_meta("skipped_lines_total", total)
+        # The last tick's errors, also when there are none: a fixed file stops being listed.
+        state.set_meta("source_errors", report.source_errors[:MAX_REPORTED_SOURCE_ERRORS])
+        state.set_meta("source_errors_total", len(report.source_errors))
+
+
+def record_outage(
+    state: StateDB, error: LLMError, report: TickReport, llm_health: dict[str, Any]
+) -> None:
+    """The outage's event: `deferred` for the spend cap, else `error`, with the windows it
+    keeps waiting."""
+    state.add_event(
+        "deferred" if error.kind == "budget" else "error",
+        reason=str(error),
+        detail={
+            "kind": error.kind,
+            "status": error.status,
+            "windows_waiting": report.deferred["llm unavailable"],
+            "llm": {k: v for k, v in llm_health.items() if k in ("circuit", "last_error")},
+        },
+    )

@@ -47,7 +47,7 @@ from skilld.evolve._judge import (
     is_windows_fault,
     judge_reply,
 )
-from skilld.evolve.backlog import PROMPT_CHARS_KEY, ready_windows, summary_of
+from skilld.evolve.backlog import ready_windows, summary_of
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
 from skilld.evolve.prompt import (
     PromptSettings,
@@ -59,13 +59,12 @@ from skilld.evolve.prompt import (
     session_header,
 )
 from skilld.evolve.report import (
-    DAILY_SPEND_KEY,
-    MAX_REPORTED_SOURCE_ERRORS,
     Outage,
     Spend,
     TickReport,
     WindowRecord,
-    add_daily_spend,
+    record_outage,
+    record_tick,
 )
 from skilld.evolve.review import ReviewQueue
 from skilld.evolve.settlement import candidate_of
@@ -87,13 +86,12 @@ from skilld.skills.library import (
     SkillEntry,
 )
 from skilld.skills.usage import happened_at
-from skilld.state import Held, KeptProposal, SessionState, utc_now_iso
+from skilld.state import Held, KeptProposal, SessionState
 from skilld.transcripts.model import Message, SkillSignal
 from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.signals import skill_signals
 
 #: state.db meta: the wall-clock times of the LLM calls of the last hour (the spend cap).
-SPEND_KEY = "llm_spend"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +172,9 @@ class Evolver:
             report.outage = str(outage.error)
             self._report_outage(outage, report)
         report.duration = self.clock() - report.started_at
-        self._record_tick(report)
+        llm = self.llm
+        health, spent = llm.health(), llm.spend_record()
+        record_tick(self.app.state, report, health, spent, self._prompt_chars, self.clock())
         return report
 
     def _watch_effect(self) -> None:
@@ -185,50 +185,17 @@ class Evolver:
         observation = effect_watch.observe(self.app.state, libraries, min_exposures=min_exposures)
         effect_watch.record(self.app.state, observation)
 
-    def _record_tick(self, report: TickReport) -> None:
-        state = self.app.state
-        with state.transaction():
-            state.set_meta("last_tick", report.as_dict())
-            state.set_meta("heartbeat", self.clock())
-            state.set_meta("llm_health", self.llm.health())
-            state.set_meta(SPEND_KEY, self.llm.spend_record())
-            if report.llm_calls:
-                day = utc_now_iso(report.started_at)[:10]
-                daily = state.get_meta(DAILY_SPEND_KEY, {})
-                state.set_meta(DAILY_SPEND_KEY, add_daily_spend(daily, day, report.spend()))
-            if self._prompt_chars:
-                measured = state.get_meta(PROMPT_CHARS_KEY, {})
-                state.set_meta(PROMPT_CHARS_KEY, {**measured, **self._prompt_chars})
-            total = state.get_meta("skipped_lines_total", 0) + report.skipped_lines
-            state.set_meta("skipped_lines_total", total)
-            # The last tick's errors, also when there are none: a fixed file stops being listed.
-            state.set_meta("source_errors", report.source_errors[:MAX_REPORTED_SOURCE_ERRORS])
-            state.set_meta("source_errors_total", len(report.source_errors))
-
     def _report_outage(self, outage: Outage, report: TickReport) -> None:
         """One event per tick for an outage (one per opening while the circuit stays open),
         never one per session: the windows themselves are not at fault."""
-        if self.llm.health().get("circuit") == "closed":
+        health = self.llm.health()
+        if health.get("circuit") == "closed":
             self._circuit_reported = False
-        error = outage.error
-        if error.kind == "circuit_open":
+        if outage.error.kind == "circuit_open":
             if self._circuit_reported:
                 return
             self._circuit_reported = True
-        waiting = report.deferred["llm unavailable"]
-        kind = "deferred" if error.kind == "budget" else "error"
-        self.app.state.add_event(
-            kind,
-            reason=str(error),
-            detail={
-                "kind": error.kind,
-                "status": error.status,
-                "windows_waiting": waiting,
-                "llm": {
-                    k: v for k, v in self.llm.health().items() if k in ("circuit", "last_error")
-                },
-            },
-        )
+        record_outage(self.app.state, outage.error, report, health)
 
     # -- ingest ------------------------------------------------------------------------------
 
