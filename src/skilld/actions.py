@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skilld.errors import Failure, UsageError
+from skilld.errors import Failure, Protected, UsageError
 
 if TYPE_CHECKING:
     from skilld.app import App
     from skilld.evolve.review import Staged
+    from skilld.skills.document import SkillDoc
     from skilld.skills.library import Library
     from skilld.skills.outcomes import Origin, Unchanged, WriteOutcome, Written
 
@@ -176,3 +177,21 @@ def staged_library(app: App, name: str, project_root: str | None) -> Library:
     if (never := never_root_reason(root, resolved_home())) is not None:
         raise Failure(f"{never}: never a project root; nothing written (`skilld review reject`)")
     return app.open_library(project_library(user.spec, root))
+
+
+def write_by_hand(
+    library: Library, doc: SkillDoc, origin: Origin, *, new: bool
+) -> Written | Unchanged:
+    """A person's skill, written through the panel: the same write as `skills write` (checked,
+    atomic, the previous version kept in history, a `created`/`updated` event), then owned by
+    the person, as a hand edit of the file would make it (DESIGN.md §3): skilld forgets the
+    hash it wrote, so it never changes the skill afterwards. `new`: refuse a name that is
+    already taken (a new skill never replaces one). Raises LibraryError (Protected for a
+    pinned or foreign skill) as `Library.apply` does."""
+    if new and library.get(doc.name) is not None:
+        raise Protected(f"{doc.name} already exists in {library.name}: edit it instead")
+    # `force`: a person may rewrite a skill that is already theirs (human), never another's.
+    with library.state.transaction():
+        result = library.apply(doc, origin, force=True)
+        library.state.drop_provenance(library.name, result.name)
+    return result

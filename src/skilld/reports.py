@@ -403,6 +403,58 @@ def status_report(app: App) -> dict[str, Any]:
     }
 
 
+#: A backlog that needs more than this many hours at the spend cap is stuck: it will not clear
+#: on its own soon enough to matter.
+STUCK_BACKLOG_HOURS = 24
+
+
+class Problem(NamedTuple):
+    """Something `status --check` fails on, in words, and what it concerns: "daemon",
+    "sync", "sources", "llm" or "backlog"."""
+
+    kind: str
+    text: str
+
+
+def status_problems(report: Mapping[str, Any]) -> list[Problem]:
+    """What `status --check` fails on (and the panel's overview shows first), from a
+    `status_report`: no daemon running, a team library that cannot sync, source errors in the
+    last tick, an LLM outage (the circuit open), and a backlog stuck behind the spend cap."""
+    problems = [
+        Problem("sync", f"sync {row['library']}: {finding}")
+        for row in report["sync"]
+        for finding in row["findings"]
+    ]
+    if daemon_stale(report):
+        problems.append(
+            Problem("daemon", "no daemon is running (no heartbeat within three intervals)")
+        )
+    errors = report["source_errors"]
+    if errors:
+        total = report["source_errors_total"] or len(errors)
+        problems.append(
+            Problem(
+                "sources",
+                f"{total} source error{'s' if total != 1 else ''} in the last tick: {errors[0]}",
+            )
+        )
+    llm = report["llm"] or {}
+    if llm.get("circuit") == "open":
+        last = (llm.get("last_error") or {}).get("message") or "no answer"
+        problems.append(Problem("llm", f"LLM outage: calls are paused (last error: {last})"))
+    hours = report["backlog"].get("min_hours_at_spend_cap")
+    if hours is not None and hours > STUCK_BACKLOG_HOURS:
+        problems.append(
+            Problem(
+                "backlog",
+                f"backlog stuck: {report['backlog']['windows']} windows need at least"
+                f" {hours:.0f} h at {report['backlog']['max_calls_per_hour']} calls/hour"
+                " (raise llm.max_calls_per_hour or narrow the backfill)",
+            )
+        )
+    return problems
+
+
 def outcome_counts_text(outcomes: Mapping[str, Any] | None) -> str:
     """A tick's outcome counts in words, the most frequent first: `3 created, 1 skipped`, or
     `none`."""
@@ -415,7 +467,7 @@ def outcome_counts_text(outcomes: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{count} {kind}" for count, kind in counts) or "none"
 
 
-def daemon_stale(report: dict[str, Any]) -> bool:
+def daemon_stale(report: Mapping[str, Any]) -> bool:
     """Whether `report` shows no live `skilld run`: no heartbeat within three intervals, or its
     process gone (`skilld once` beats the heart too)."""
     from skilld.state import process_alive
@@ -548,12 +600,14 @@ def event_page(
     skill: str | None = None,
     library: str | None = None,
     since: str | None = None,
+    session: str | None = None,
     before: int | None = None,
     size: int = 50,
 ) -> tuple[list[dict[str, Any]], int | None]:
     """One page of the event log, newest first: the `size` events before the event `before`
     (else the newest), and the id to pass as `before` for the next page (None: no older
-    events). One indexed query with a LIMIT, however long the log is."""
+    events); `session`: only that session's. One query with a LIMIT, however long the log
+    is."""
     events = app.state.events(
         kinds=known_kinds(kinds),
         skill=skill,
@@ -561,6 +615,7 @@ def event_page(
         since=since_timestamp(since),
         limit=size + 1,
         before_id=before,
+        session=session,
     )
     newest_first = [event.as_dict() for event in reversed(events)]
     older = newest_first[size - 1]["id"] if size and len(newest_first) > size else None
@@ -620,3 +675,65 @@ def curator_report(app: App, *, runs: int = 10) -> dict[str, Any]:
         "upcoming": upcoming,
         "archived": archived,
     }
+
+
+# -- the week --------------------------------------------------------------------------------
+
+#: What the overview calls learned: a skill a session (or a person) created or changed.
+LEARNED_KINDS = ("created", "updated")
+
+
+def week_report(app: App, *, days: int = 7, limit: int = 20) -> dict[str, Any]:
+    """What happened over the last `days` days, newest first: the skills created and updated
+    (one row per skill: its latest change, its description, the session, repository and branch
+    it came from), the proposals waiting for a person, and what the curator moved. Each list
+    holds at most `limit` rows; `more` says the learned list was cut there."""
+    from skilld.gitinfo import from_json
+
+    since = since_timestamp(f"{days}d")
+    libraries = {library.name: library for library in app.all_libraries()}
+    learned: dict[tuple[str, str], dict[str, Any]] = {}
+    events = app.state.events(kinds=LEARNED_KINDS, since=since, limit=limit * 5)
+    for event in reversed(events):
+        key = (event.library or "", event.skill or "")
+        if key in learned or not event.skill or len(learned) == limit:
+            continue
+        git = from_json(event.detail.get("git"))
+        library = libraries.get(event.library or "")
+        entry = library.get(event.skill) if library is not None else None
+        description = entry.doc.description if entry is not None and entry.doc else None
+        learned[key] = {
+            "name": event.skill,
+            "library": event.library,
+            "kind": event.kind,
+            "at": event.ts,
+            "session": event.session,
+            "source": event.source,
+            "repository": git.repository if git is not None else None,
+            "branch": git.branch if git is not None else None,
+            "description": one_line(description),
+            "exists": entry is not None,
+        }
+    moved = [
+        event.as_dict()
+        for event in reversed(app.state.events(kinds=CURATOR_KINDS, since=since, limit=limit))
+        if event.source == "curator"
+    ]
+    return {
+        "days": days,
+        "learned": list(learned.values()),
+        "more": len(learned) == limit,
+        "review": review_items(app),
+        "kept": len(app.state.kept_proposals()),
+        "curator": moved,
+    }
+
+
+def one_line(text: str | None, width: int = 140) -> str | None:
+    """`text`'s first line, cut at a word to `width` characters (an ellipsis says so)."""
+    if not text:
+        return None
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    if len(line) <= width:
+        return line
+    return line[:width].rsplit(" ", 1)[0].rstrip(",;:") + "…"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from skilld.commands.common import CommandTable, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError
-from skilld.reports import daemon_stale, outcome_counts_text, review_items, status_report
+from skilld.reports import outcome_counts_text, review_items, status_problems, status_report
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -119,19 +119,12 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")
         print(f"source errors  {report['source_errors_total']} in the last tick")
-    troubles = sync_troubles(report["sync"]) if args.check else []
-    for trouble in troubles:
-        print(f"skilld: sync {trouble}", file=sys.stderr)
-    if args.check and daemon_stale(report):
-        print("skilld: no daemon is running (no heartbeat within three intervals)", file=sys.stderr)
-        return 1
-    return 1 if troubles else 0
-
-
-def sync_troubles(rows: list[dict[str, Any]]) -> list[str]:
-    """For `status --check`: each team library's problem or failed last round, with its repair
-    (what `doctor` fails on too)."""
-    return [f"{row['library']}: {finding}" for row in rows for finding in row["findings"]]
+    if not args.check:
+        return 0
+    problems = status_problems(report)
+    for problem in problems:
+        print(f"skilld: {problem.text}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 # -- review ----------------------------------------------------------------------------------
@@ -168,7 +161,8 @@ def _status_parser(parser: Parser) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 if the heartbeat is older than 3 intervals or a team library cannot sync",
+        help="exit 1 if no daemon runs, a team library cannot sync, a source fails, the LLM"
+        " is out or the backlog is stuck",
     )
     parser.set_defaults(handler=cmd_status)
 

@@ -137,7 +137,7 @@ class Library:
         #: The git work tree of a team library (`remote` set): every change is one commit.
         self.team = team
         self._lock = WriterLock(locks_dir / f"{spec.storage_key}.lock")
-        self._managed = ManagedCount(self.root)
+        self._managed = ManagedCount(self.root, file_facts)
         self._clock = clock
         self.discovery = Discovery(
             self.root,

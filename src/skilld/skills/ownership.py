@@ -7,13 +7,15 @@ hashes to what skilld wrote there (this host's provenance, or a team library's m
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skilld.digest import sha256_hex
 from skilld.fsutil import UnsafePath, read_regular_file, read_tree_file
-from skilld.skills.discovery import Owner, OwnerRule
+from skilld.skills.discovery import FileFacts, Owner, OwnerRule
+from skilld.skills.discovery import identity as file_identity
 from skilld.skills.layout import ARCHIVE_DIR
 
 if TYPE_CHECKING:
@@ -72,10 +74,12 @@ class ManagedCount:
     same, so the count costs a stat per managed skill, not a read of the library, on every
     create. (Ownership before a change is always decided on a fresh read.)"""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, file_facts: FileFacts | None = None) -> None:
         self.root = root
         #: Skill file -> (inode, size, mtime) -> its sha256.
         self._digests: dict[str, tuple[tuple[int, int, int], str]] = {}
+        #: What a listing learned of each file, shared by a long-lived caller (the panel).
+        self._file_facts = file_facts
 
     def names(
         self,
@@ -94,10 +98,12 @@ class ManagedCount:
             for name, shared in team.skills.items():
                 expected.setdefault(name, set()).add(shared.sha256)
                 paths.setdefault(name, self.root / shared.path)
-        archive = self.root / ARCHIVE_DIR
+        # Compared as text: `Path.parents` builds a path per level, for every skill.
+        root, archive = f"{self.root}{os.sep}", f"{self.root / ARCHIVE_DIR}{os.sep}"
         managed = []
         for name, path in sorted(paths.items()):
-            inside = self.root in path.parents and archive not in path.parents
+            text = str(path)
+            inside = text.startswith(root) and not text.startswith(archive)
             if name not in excluded and inside and self._digest(path) in expected[name]:
                 managed.append(name)
         return managed
@@ -107,6 +113,11 @@ class ManagedCount:
             st = os.stat(path, follow_symlinks=False)
         except OSError:
             return None
+        # What a listing learned of this file (`FileFacts`) holds its hash too: a count of
+        # the cap then reads no file at all.
+        known = self._file_facts.get(str(path)) if self._file_facts is not None else None
+        if known is not None and stat.S_ISREG(st.st_mode) and known[0] == file_identity(st):
+            return known[1]
         identity = (st.st_ino, st.st_size, st.st_mtime_ns)
         cached = self._digests.get(str(path))
         if cached is not None and cached[0] == identity:

@@ -137,9 +137,11 @@ class EventLog(Database):
         limit: int | None = None,
         after_id: int = 0,
         before_id: int | None = None,
+        session: str | None = None,
     ) -> list[Event]:
         """Newest last. `limit` keeps the newest `limit` matching events (those before
-        `before_id`, when given: a page of a log read newest first)."""
+        `before_id`, when given: a page of a log read newest first); `session`: only that
+        session's."""
         clauses: list[str] = ["id > ?"]
         params: list[Any] = [after_id]
         if before_id is not None:
@@ -160,6 +162,9 @@ class EventLog(Database):
         if since is not None:
             clauses.append("ts >= ?")
             params.append(since)
+        if session is not None:
+            clauses.append("session = ?")
+            params.append(session)
         sql = f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY id DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
