@@ -121,10 +121,10 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
         print(f"source errors  {report['source_errors_total']} in the last tick")
     if not args.check:
         return 0
-    problems = status_problems(report)
-    for problem in problems:
+    found = status_problems(report)
+    for problem in found:
         print(f"skilld: {problem.text}", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if found else 0
 
 
 # -- review ----------------------------------------------------------------------------------

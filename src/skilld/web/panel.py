@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 from jinja2 import Environment, PackageLoader
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -34,12 +34,23 @@ from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
 from skilld.fsutil import read_tree_file
 from skilld.skills.layout import SKILL_FILE
-from skilld.skills.library import FileFacts, Library, Origin
+from skilld.skills.library import FileFacts, Library
+from skilld.state import EVENT_KINDS
+from skilld.web import acting
+from skilld.web.present import (
+    FLASH_COOKIE,
+    FLASH_SECONDS,
+    Flash,
+    calls_text,
+    event_row,
+    human_count,
+    time_tag,
+)
 from skilld.web.render import (
     bar_chart,
     markdown,
+    proposal_diff,
     split_frontmatter,
-    table_rows,
     unified_diff,
 )
 from skilld.web.security import (
@@ -51,22 +62,28 @@ from skilld.web.security import (
     set_session_cookie,
 )
 
-#: Changes made through the panel are attributed to "panel" in the event log.
-PANEL = Origin(source="panel")
 PAGE_SIZE = 50
 #: `/api/events` without a `limit`: the newest 100.
 API_EVENTS = 100
 #: The live events view asks the log for new events this often (never more often).
 LIVE_POLL_SECONDS = 1.0
-SKILL_ACTIONS = ("pin", "unpin", "archive", "restore", "rollback", "delete")
-REVIEW_ACTIONS = ("approve", "reject")
-#: The skills table's sorts: the row's field, and whether the largest comes first.
+#: The skills table's sorts: the row's field, and whether the largest comes first by default
+#: (each column sorts both ways: `sort=uses&order=asc`).
 SORTS: dict[str, tuple[str, bool]] = {
     "name": ("name", False),
     "uses": ("use_count", True),
     "last-use": ("last_activity_at", True),
-    "age": ("created_at", False),  # the oldest first
+    "created": ("created_at", True),  # the newest first
 }
+#: The navigation: each page's path and name (the current one is marked `aria-current`).
+NAV = (
+    ("/", "Overview"),
+    ("/skills", "Skills"),
+    ("/review", "Review"),
+    ("/events", "Events"),
+    ("/curator", "Curator"),
+    ("/write", "Write a skill"),
+)
 
 
 class JSON(Response):
@@ -86,19 +103,47 @@ class Panel:
         self.templates = Environment(
             loader=PackageLoader("skilld.web", "templates"), autoescape=True
         )
-        self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD)
-        self.templates.filters["learned_on"] = reports.learned_on_text
-        self.templates.filters["outcome_counts"] = reports.outcome_counts_text
+        self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD, nav=NAV)
+        self.templates.filters.update(
+            learned_on=reports.learned_on_text,
+            outcome_counts=reports.outcome_counts_text,
+            count=human_count,
+            calls=calls_text,
+            ago=time_tag,
+        )
         #: What the skills page learned of each skill file, for as long as the panel runs.
         self._file_facts: FileFacts = {}
-        #: The search's descriptions: path -> ((mtime, size), lowercased description).
+        #: Each skill file's description: path -> ((mtime, size), description).
         self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def page(self, template: str, code: int = 200, **values: Any) -> HTMLResponse:
-        html = self.templates.get_template(template).render(**values)
-        return HTMLResponse(html, status_code=code)
+    def page(self, request: Request, template: str, code: int = 200, **values: Any) -> HTMLResponse:
+        """`template` rendered, with the navigation's current page, the path an action's form
+        comes back to, and the outcome of the action that redirected here (shown once)."""
+        flash = Flash.decode(request.cookies.get(FLASH_COOKIE))
+        back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        html = self.templates.get_template(template).render(
+            here=request.url.path, back=back, flash=flash, **values
+        )
+        response = HTMLResponse(html, status_code=code)
+        if FLASH_COOKIE in request.cookies:
+            response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    def redirect(self, to: str, flash: Flash) -> Response:
+        """Post/redirect/get: a 303 to the page the action came from, carrying its outcome in
+        a short-lived cookie (a reload of that page never repeats the action)."""
+        response = RedirectResponse(to, 303)
+        response.set_cookie(
+            FLASH_COOKIE,
+            flash.encode(),
+            max_age=FLASH_SECONDS,
+            path="/",
+            httponly=True,
+            samesite="strict",
+        )
+        return response
 
     async def with_app(self, function: Callable[[App], Any]) -> Any:
         """`function` of the state and libraries opened afresh, in a worker thread (SQLite and
@@ -116,25 +161,28 @@ class Panel:
             raise _Refusal(403, "refused: the form did not carry the panel's secret")
         return form
 
-    def refusal(self, status: int, message: str) -> HTMLResponse:
+    def refusal(self, request: Request, status: int, message: str) -> HTMLResponse:
         return self.page(
-            "outcome.html", status, title="Refused", heading="Refused", message=message
+            request, "outcome.html", status, title="Refused", heading="Refused", message=message
         )
 
     # -- pages -------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
         def build(app: App) -> dict[str, Any]:
-            status = reports.status_report(app)
+            # The listing first: it fills the file facts the cap's count then reads.
             counts: dict[str, dict[str, int]] = {}
             for skill in (s for lib in app.all_libraries() for s in reports.listed_skills(lib)):
                 count = counts.setdefault(skill.library, {})
                 for key in (skill.owner, skill.state, "pinned" if skill.pinned else ""):
                     if key:
                         count[key] = count.get(key, 0) + 1
+            status = reports.status_report(app)
             daily = reports.llm_daily(app)
             return {
                 "status": status,
+                "problems": reports.status_problems(status),
+                "recent": reports.week_report(app),
                 "counts": counts,
                 "stale": reports.daemon_stale(status),
                 "daily": daily,
@@ -147,15 +195,21 @@ class Panel:
                 ),
                 "kept": app.state.kept_proposals(),
                 "week": reports.effect_week(app),
+                "watched": watched_folders(app),
             }
 
-        return self.page("overview.html", title="Overview", **await self.with_app(build))
+        values = await self.with_app(build)
+        return self.page(request, "overview.html", title="Overview", **values)
 
     async def skills(self, request: Request) -> Response:
         query = request.query_params
         library, owner, state = (query.get(k) or None for k in ("library", "owner", "state"))
+        repository, branch = (query.get(k) or None for k in ("repository", "branch"))
         search = (query.get("q") or "").strip().lower()
         sort = query.get("sort") or "name"
+        sort = sort if sort in SORTS else "name"
+        order = query.get("order")
+        descending = SORTS[sort][1] if order not in ("asc", "desc") else order == "desc"
         page = _int(query.get("page"), 1)
 
         def build(app: App) -> dict[str, Any]:
@@ -167,20 +221,27 @@ class Panel:
                 for skill in reports.listed_skills(lib)
                 if (owner is None or skill.owner == owner)
                 and (state is None or skill.state == state or (state == "pinned" and skill.pinned))
-                and (not search or search in skill.name or search in self.description(lib, skill))
+                and (
+                    not search
+                    or search in skill.name
+                    or search in self.description(lib, skill.path, skill.broken).lower()
+                )
             ]
+            if repository is not None or branch is not None:
+                skills = [
+                    skill
+                    for skill in skills
+                    if reports.learned_on(reports.skill_row(skill)["git"], repository, branch)
+                ]
             pages = max(1, -(-len(skills) // PAGE_SIZE))
             start = (min(page, pages) - 1) * PAGE_SIZE
-            if SORTS.get(sort, SORTS["name"]) == SORTS["name"]:
+            if sort == "name":
                 # The table's default order needs no row: only the page shown is built.
-                skills.sort(key=lambda skill: (skill.name, skill.library))
-                shown = [reports.skill_row(skill) for skill in skills[start : start + PAGE_SIZE]]
+                skills.sort(key=lambda skill: (skill.name, skill.library), reverse=descending)
+                shown = [table_row(skill) for skill in skills[start : start + PAGE_SIZE]]
             else:
-                rows = [
-                    {**reports.skill_row(skill), "created_at": skill.record.get("created_at")}
-                    for skill in skills
-                ]
-                shown = sort_rows(rows, sort)[start : start + PAGE_SIZE]
+                rows = [table_row(skill) for skill in skills]
+                shown = sort_rows(rows, sort, descending)[start : start + PAGE_SIZE]
             shown_names = [(row["library"], row["name"]) for row in shown]
             verdicts = {
                 (record.library, record.name): record.outcome.verdict
@@ -188,22 +249,31 @@ class Panel:
                     app, [lib.name for lib in chosen], names=shown_names
                 )
             }
+            library_of = {lib.name: lib for lib in chosen}
             for row in shown:
                 row["verdict"] = verdicts.get((row["library"], row["name"]))
+                row["description"] = reports.one_line(
+                    self.description(library_of[row["library"]], row["path"], row["broken"])
+                )
             return {"rows": shown, "total": len(skills), "pages": pages, "libraries": libraries}
 
         values = await self.with_app(build)
-        filters = {"library": library, "owner": owner, "state": state, "q": search, "sort": sort}
-        return self.page("skills.html", title="Skills", page=page, filters=filters, **values)
+        filters = {
+            "q": search, "library": library or "", "owner": owner or "", "state": state or "",
+            "repository": repository or "", "branch": branch or "",
+        }  # fmt: skip
+        return self.page(
+            request, "skills.html", title="Skills", page=page, filters=filters, sort=sort,
+            order="desc" if descending else "asc", sorts=SORTS, **values,
+        )  # fmt: skip
 
-    def description(self, library: Library, skill: reports.ListedSkill) -> str:
-        """The description of `skill`, lowercased, for the search; read once per file version,
-        through the library's tree guard (no link on the way, no FIFO, nothing over the bound),
-        and never for a broken entry."""
+    def description(self, library: Library, path: str, broken: str | None) -> str:
+        """The description of the skill file at `path`, read once per file version (the
+        search reads every skill's), through the library's tree guard (no link on the way, no
+        FIFO, nothing over the bound), and never for a broken entry."""
         from skilld.skills.document import parse_skill
 
-        path = skill.path
-        if skill.broken:
+        if broken:
             return ""
         try:
             stat = os.stat(path, follow_symlinks=False)
@@ -215,7 +285,7 @@ class Panel:
         if cached is not None and cached[0] == mark:
             return cached[1]
         try:
-            text = parse_skill(read_tree_file(library.root, relpath) or b"").description.lower()
+            text = parse_skill(read_tree_file(library.root, relpath) or b"").description
         except (OSError, ValueError):  # UnsafePath and SkillParseError are ValueErrors
             text = ""
         self._descriptions[path] = (mark, text)
@@ -290,15 +360,15 @@ class Panel:
         try:
             values = await self.with_app(build)
         except SkilldError as exc:
-            return self.refusal(_refusal_status(exc), str(exc))
+            return self.refusal(request, _refusal_status(exc), str(exc))
         if values is None:
-            return self.refusal(404, f"no skill named {name} in library {library_name}")
+            return self.refusal(request, 404, f"no skill named {name} in library {library_name}")
         return self.page(
-            "skill.html", title=f"Skill {name}", a=before or "", b=after or "", **values
+            request, "skill.html", title=f"Skill {name}", a=before or "", b=after or "", **values
         )
 
     async def review(self, request: Request) -> Response:
-        def build(app: App) -> list[dict[str, Any]]:
+        def build(app: App) -> dict[str, Any]:
             from skilld.skills.document import SkillDoc, render_skill
 
             items = []
@@ -318,11 +388,7 @@ class Panel:
                         current = entry.text()
                     except LibraryError as exc:
                         broken = str(exc)
-                diff = (
-                    unified_diff(current, proposal, before_name="current", after_name="proposal")
-                    if current is not None
-                    else None
-                )
+                diff = proposal_diff(current, proposal) if current is not None else None
                 record = target.usage_record(entry.name) if entry is not None else None
                 blocked = target.protection(entry, record) if entry is not None else None
                 items.append(
@@ -336,35 +402,39 @@ class Panel:
                         "blocked": blocked,
                     }
                 )
-            return items
+            return {"items": items, "publish": app.config.evolve.publish}
 
-        return self.page("review.html", title="Review", items=await self.with_app(build))
+        values = await self.with_app(build)
+        return self.page(request, "review.html", title="Review", **values)
 
     async def events(self, request: Request) -> Response:
         query = request.query_params
         filters = _event_filters(request)
         before = _int(query.get("before"), 0) or None
+
+        def build(app: App) -> tuple[list[dict[str, Any]], int | None, dict[str, str]]:
+            events, older = reports.event_page(app, **filters, before=before, size=PAGE_SIZE)
+            return events, older, library_roots(app)
+
         try:
-            events, older = await self.with_app(
-                lambda app: reports.event_page(app, **filters, before=before, size=PAGE_SIZE)
-            )
+            events, older, roots = await self.with_app(build)
         except UsageError as exc:
-            return self.refusal(400, str(exc))
+            return self.refusal(request, 400, str(exc))
         shown = {
             "kind": ",".join(filters["kinds"]),
             "library": filters["library"] or "",
             "skill": filters["skill"] or "",
             "since": filters["since"] or "",
+            "session": filters["session"] or "",
         }
         newest = events[0]["id"] if events else 0
+        now = datetime.now(UTC)
         return self.page(
-            "events.html",
-            title="Events",
-            rows=table_rows([event_cells(event) for event in events]),
-            older=older,
-            filters=shown,
+            request, "events.html", title="Events",
+            rows=Markup("".join(event_row(event, roots, now) for event in events)),
+            older=older, filters=shown, kinds=sorted(EVENT_KINDS),
             live=f"/events/live?after={newest}&{request.url.query}",
-        )
+        )  # fmt: skip
 
     async def live(self, request: Request) -> Response:
         """New events as Server-Sent Events, read from the log once a second."""
@@ -376,6 +446,7 @@ class Panel:
                 kinds=filters["kinds"],
                 skill=filters["skill"],
                 library=filters["library"],
+                session=filters["session"],
                 after_id=after_id,
                 limit=PAGE_SIZE,
             )
@@ -396,20 +467,53 @@ class Panel:
         )
 
     async def curator(self, request: Request) -> Response:
-        return self.page(
-            "curator.html", title="Curator", report=await self.with_app(reports.curator_report)
-        )
+        def build(app: App) -> dict[str, Any]:
+            return {
+                "report": reports.curator_report(app),
+                "preview": acting.curate_now(app, dry_run=True),
+                "consolidate": app.config.curator.consolidate,
+            }
+
+        values = await self.with_app(build)
+        return self.page(request, "curator.html", title="Curator", **values)
+
+    async def write_form(self, request: Request) -> Response:
+        """A new skill (`/write`), or an existing one to edit (`/skills/LIB/NAME/edit`)."""
+        library_name = request.path_params.get("library")
+        name = request.path_params.get("name")
+
+        def build(app: App) -> dict[str, Any] | None:
+            libraries = [lib.name for lib in app.all_libraries()]
+            if name is None:
+                return {"libraries": libraries, "skill": None}
+            entry = app.select(library_name).entry(name)
+            if entry is None or entry.doc is None:
+                return None
+            return {"libraries": libraries, "skill": {
+                "library": library_name, "name": entry.name, "owner": entry.owner,
+                "description": entry.doc.description, "when_to_use": entry.doc.when_to_use or "",
+                "body": entry.doc.body,
+            }}  # fmt: skip
+
+        try:
+            values = await self.with_app(build)
+        except SkilldError as exc:
+            return self.refusal(request, _refusal_status(exc), str(exc))
+        if values is None:
+            return self.refusal(request, 404, f"no readable skill named {name} to edit")
+        title = f"Edit {name}" if name else "Write a skill"
+        return self.page(request, "write.html", title=title, **values)
 
     # -- login -------------------------------------------------------------------------------
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
-            return self.page("login.html", title="Log in")
+            return self.page(request, "login.html", title="Log in")
         form = await self.form(request)
         matched = await self.throttle.matches(_text(form.get("token")) or "", self.access.token)
         if not matched:
-            return self.page("login.html", 401 if matched is False else 429, title="Log in",
-                             failed=True)  # fmt: skip
+            return self.page(request, "login.html", 401 if matched is False else 429,
+                             title="Log in", failed=True)  # fmt: skip
         response = RedirectResponse("/", 303)
         set_session_cookie(response, self.access.token)
         return response
@@ -417,84 +521,47 @@ class Panel:
     # -- actions -----------------------------------------------------------------------------
 
     async def act(self, request: Request) -> Response:
+        """An action from a button: done through the CLI's function, recorded as a `web`
+        event, then a redirect to the page it came from with its outcome (post/redirect/get).
+        A refused write shows its form again, with what was typed."""
         verb = request.path_params["verb"]
         form = await self.form(request)
-        library, name = _text(form.get("library")) or None, _text(form.get("name")) or ""
-        version = _text(form.get("version")) or None
-        if verb not in SKILL_ACTIONS + REVIEW_ACTIONS or not name:
-            return self.refusal(400, f"unknown action {verb!r}, or no skill named")
-
-        def perform(app: App) -> tuple[str, str | None]:
-            if verb in REVIEW_ACTIONS:
-                if verb == "approve":
-                    result = actions.approve(app, name, PANEL, library)
-                    message = f"{result.kind} {result.name} {result.path}"
-                else:
-                    actions.reject(app, name, PANEL, library)
-                    message = f"rejected {name}"
-                return message, library
-            chosen = app.select(library, skill=name)
-            if verb in ("pin", "unpin"):
-                chosen.set_pinned(name, verb == "pin", PANEL)
-                message = f"{verb}ned {name}"
-            elif verb == "archive":
-                target = chosen.archive(name, PANEL, reason="by hand")
-                message = f"archived {name} {target}"
-            elif verb == "restore":
-                message = f"restored {name} {chosen.restore(name, PANEL)}"
-            elif verb == "rollback":
-                result = actions.rollback(app, chosen, name, PANEL, version)
-                message = f"rolled back {result.name} {result.path}"
-            else:
-                deleted = chosen.delete(name, PANEL)
-                message = f"deleted {name} {deleted.path}"
-                if deleted.kept:
-                    message += f" (kept {', '.join(deleted.kept)}: not written by skilld)"
-            return message, chosen.name
+        fields = {key: value for key, value in form.items() if isinstance(value, str)}
+        name, library = fields.get("name", ""), fields.get("library") or None
+        if verb not in acting.VERBS or (verb != "curate" and not name):
+            return self.refusal(request, 400, f"unknown action {verb!r}, or no skill named")
 
         def record(app: App, outcome: str, message: str, where: str | None) -> None:
             app.state.add_event(
                 "web",
                 library=where,
-                skill=name,
-                source=PANEL.source,
+                skill=name or None,
+                source=acting.PANEL.source,
                 reason=verb,
                 detail={"action": verb, "outcome": outcome, "message": message},
             )
 
-        def run(app: App) -> tuple[int, str, str | None]:
+        def run(app: App) -> tuple[bool, str, str | None]:
             try:
-                message, where = perform(app)
+                message, where = acting.perform(app, verb, fields)
             except SkilldError as exc:
-                status = (
-                    404
-                    if isinstance(exc, NotFound)
-                    else 400
-                    if isinstance(exc, UsageError)
-                    else 409
-                )
+                message = f"{verb.capitalize()} refused: {exc}"
                 record(app, "refused", str(exc), library)
-                return status, str(exc), library
+                return False, message, library
             record(app, "done", message, where)
-            return 200, message, where
+            return True, message, where
 
-        status, message, where = await self.with_app(run)
-        back = (
-            "/review"
-            if verb in REVIEW_ACTIONS
-            else (
-                f"/skills/{quote(where)}/{quote(name)}" if where and verb != "delete" else "/skills"
-            )
-        )
-        if status != 200:
+        done, message, where = await self.with_app(run)
+        if verb == "write" and not done:
+            libraries = await self.with_app(lambda app: [lib.name for lib in app.all_libraries()])
+            skill = {**fields, "when_to_use": fields.get("when", ""), "owner": None}
             return self.page(
-                "outcome.html", status, title="Refused", heading=f"{verb.capitalize()} refused",
-                message=message, back=back, protected=status == 409,
+                request, "write.html", 409, title="Write a skill", libraries=libraries,
+                skill=skill if fields.get("new") != "1" else None, typed=fields,
+                refused=message,
             )  # fmt: skip
-        return self.page(
-            "outcome.html", title="Done", heading=f"{verb.capitalize()}: done",
-            message=message, back=back,
-        )  # fmt: skip
+        back = acting.back_to(verb, fields.get("back"), where, name, done)
+        return self.redirect(back, Flash("done" if done else "refused", message))
 
     # -- the JSON API ------------------------------------------------------------------------
 
@@ -525,6 +592,7 @@ class Panel:
         asks for the next page."""
         filters = _event_filters(request)
         query = request.query_params
+        filters.pop("session")  # the page's filter: `events --json` has none
         try:
             limit = reports.count_option(query.get("limit"), "limit")
             before = reports.count_option(query.get("before"), "before")
@@ -579,13 +647,34 @@ def _refusal_status(exc: SkilldError) -> int:
     return 400 if isinstance(exc, UsageError) else 409
 
 
-def sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
-    """`rows` by `sort` (a `SORTS` key), rows without a value last, then by name."""
-    key, descending = SORTS.get(sort, SORTS["name"])
+def sort_rows(rows: list[dict[str, Any]], sort: str, descending: bool) -> list[dict[str, Any]]:
+    """`rows` by `sort` (a `SORTS` key), largest first when `descending`; rows without a value
+    last either way, then by name."""
+    key = SORTS.get(sort, SORTS["name"])[0]
     by_name = sorted(rows, key=lambda row: (row["name"], row["library"]))
     present = [row for row in by_name if row.get(key) is not None]
     present.sort(key=lambda row: row[key], reverse=descending)
     return present + [row for row in by_name if row.get(key) is None]
+
+
+def table_row(skill: reports.ListedSkill) -> dict[str, Any]:
+    """A row of the skills table: `skills list --json`'s, with the day it was created."""
+    return {**reports.skill_row(skill), "created_at": skill.record.get("created_at")}
+
+
+def library_roots(app: App) -> dict[str, str]:
+    """Each library's folder -> its name, to shorten the paths an event names."""
+    return {str(library.root): library.name for library in app.all_libraries()}
+
+
+def watched_folders(app: App) -> list[tuple[str, str]]:
+    """The folders skilld reads sessions from (kind, folder); with none configured or found,
+    where it looks for each agent's."""
+    from skilld.routing import AGENTS
+
+    if app.routing.routes:
+        return [(route.source.kind, str(route.source.path)) for route in app.routing.routes]
+    return [(kind, str(agent.sessions())) for kind, agent in AGENTS.items()]
 
 
 def _text(value: object) -> str | None:
@@ -615,23 +704,8 @@ def _event_filters(request: Request) -> dict[str, Any]:
         "library": query.get("library") or None,
         "skill": query.get("skill") or None,
         "since": query.get("since") or None,
+        "session": query.get("session") or None,
     }
-
-
-def event_cells(event: dict[str, Any]) -> list[object]:
-    """An event as the events table shows it (as `skilld events` prints it)."""
-    detail = json.dumps(event["detail"], ensure_ascii=False, default=str) if event["detail"] else ""
-    return [
-        event["id"],
-        event["ts"],
-        event["kind"],
-        event["library"] or "-",
-        event["skill"] or "-",
-        event["session"] or "-",
-        event["source"] or "-",
-        event["reason"] or "",
-        detail,
-    ]
 
 
 def _last_days(uses_by_day: dict[str, int], days: int = 30) -> list[tuple[str, float]]:
@@ -648,19 +722,23 @@ def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starle
 
     async def refused(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, _Refusal)
-        return panel.refusal(exc.status, str(exc))
+        return panel.refusal(request, exc.status, str(exc))
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return panel.refusal(404, "no such page")
+        return panel.refusal(request, 404, "no such page")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return panel.refusal(405, "refused: an action is a POST from the panel's own button")
+        return panel.refusal(
+            request, 405, "refused: an action is a POST from the panel's own button"
+        )
 
     static = Path(__file__).parent / "static"
     routes = [
         Route("/", panel.overview),
         Route("/skills", panel.skills),
+        Route("/skills/{library:path}/{name}/edit", panel.write_form),
         Route("/skills/{library:path}/{name}", panel.skill),
+        Route("/write", panel.write_form),
         Route("/review", panel.review),
         Route("/events", panel.events),
         Route("/events/live", panel.live),

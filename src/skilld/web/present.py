@@ -82,7 +82,9 @@ def time_tag(value: object, now: datetime | None = None) -> Markup:
     exact = moment.astimezone(UTC).isoformat(timespec="seconds")
     shown = ago(moment, now or datetime.now(UTC))
     title = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return Markup(f'<time datetime="{escape(exact)}" title="{escape(title)}">{escape(shown)}</time>')
+    return Markup(
+        f'<time datetime="{escape(exact)}" title="{escape(title)}">{escape(shown)}</time>'
+    )
 
 
 def short_path(value: str, roots: Mapping[str, str]) -> str:
@@ -96,7 +98,9 @@ def short_path(value: str, roots: Mapping[str, str]) -> str:
     return value
 
 
-def detail_pairs(detail: Mapping[str, Any] | None, roots: Mapping[str, str]) -> list[tuple[str, str]]:
+def detail_pairs(
+    detail: Mapping[str, Any] | None, roots: Mapping[str, str]
+) -> list[tuple[str, str]]:
     """An event's detail as (key, text) pairs: strings as they are (paths shortened to their
     library), lists joined, anything deeper as compact JSON."""
     pairs = []
@@ -125,7 +129,9 @@ def event_row(event: Mapping[str, Any], roots: Mapping[str, str], now: datetime)
         f'<td class="id">{escape(event["id"])}</td>',
         f'<td class="nowrap">{time_tag(event["ts"], now)}</td>',
         f'<td><a href="/events?kind={quote(str(event["kind"]))}">{escape(event["kind"])}</a></td>',
-        "<td>" + (_link(f"/skills?library={quote(library)}", library) if library else "-") + "</td>",
+        "<td>"
+        + (_link(f"/skills?library={quote(library)}", library) if library else "-")
+        + "</td>",
         "<td>"
         + (
             _link(f"/skills/{quote(library)}/{quote(skill)}", skill)

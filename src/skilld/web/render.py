@@ -95,6 +95,35 @@ def unified_diff(before: str, after: str, *, before_name: str, after_name: str) 
     return lines
 
 
+#: Frontmatter keys skilld writes itself on every version: noise in a proposal's diff.
+MANAGED_KEYS = ("managed-by", "version", "source-session")
+_MANAGED_LINE = re.compile(rf"^\s*(?:{'|'.join(map(re.escape, MANAGED_KEYS))}):")
+
+
+def without_managed_lines(text: str) -> str:
+    """`text` without the frontmatter lines skilld manages (and a `metadata:` left empty)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if not lines or lines[0].strip() != "---" or "---" not in (line.strip() for line in lines[1:]):
+        return text
+    end = next(i for i, line in enumerate(lines[1:], start=1) if line.strip() == "---")
+    kept = [line for line in lines[1:end] if not _MANAGED_LINE.match(line)]
+    kept = [
+        line
+        for index, line in enumerate(kept)
+        if line.strip() != "metadata:"
+        or (index + 1 < len(kept) and kept[index + 1].startswith((" ", "\t")))
+    ]
+    return "\n".join([lines[0], *kept, *lines[end:]])
+
+
+def proposal_diff(current: str, proposal: str) -> list[DiffLine]:
+    """The diff a person reviews: without the lines skilld manages itself (version, source
+    session), unless those are all that changed."""
+    names = {"before_name": "current", "after_name": "proposal"}
+    diff = unified_diff(without_managed_lines(current), without_managed_lines(proposal), **names)
+    return diff or unified_diff(current, proposal, **names)
+
+
 def bar_chart(
     bars: Sequence[tuple[str, float]], *, title: str, width: int = 600, height: int = 120
 ) -> Markup:
