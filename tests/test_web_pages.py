@@ -5,9 +5,9 @@ Run now, and a skill written or edited in the panel owned by the person."""
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
@@ -71,7 +71,7 @@ def test_the_overview_leads_with_what_was_learned_this_week(
     assert "Run the tests before a push." in week
     (created,) = workspace.events("created")
     assert f'href="/events?session={quote(created["session"])}"' in week
-    assert f'>{created["session"]}</a>' in week
+    assert f">{created['session']}</a>" in week
     assert "github.com/acme/api" in week and "feat/login" in week
     assert "<time datetime=" in week and 'title="20' in week
     assert page.index('id="week"') < page.index('id="daemon"')  # the week comes first
