@@ -11,6 +11,10 @@ other load only ever adds time, to either side):
 * `skills`: `GET /skills` (the first page of the table), against `skilld skills list --json`.
 * `skill`: `GET /skills/default/<name>`, against `skilld skills show <name> --json`.
 * `events`: `GET /events` (the newest 50), against `skilld events --json --limit 50`.
+* `overview`: `GET /` (the week, the problems, the libraries, spend), against
+  `skilld status --json` over the same state. Each managed file's hash comes from what the
+  panel's listing remembers of it while its identity holds (`FileFacts`): the page stats the
+  library, where `status` reads every managed file to count the cap.
 
 The panel is served by uvicorn on a loopback socket in this process (a thread of its own) and
 read by one keep-alive HTTP client: a figure is what a browser waits for, from the request to
@@ -328,6 +332,7 @@ def measure(root: Path, size: int, events: int, runs: int) -> list[tuple[str, fl
                 cli(config, "skills", "show", shown, "--json"),
             ),
             ("events", page(client, "/events"), cli(config, "events", "--json", "--limit", "50")),
+            ("overview", page(client, "/"), cli(config, "status", "--json")),
             ("api", page(client, "/api/skills"), cli(config, "skills", "list", "--json")),
         ]
         for name, panel, command in pairs:
