@@ -5,9 +5,9 @@
 
 It lets skilld learn from the examples (`skilld once` with examples/config.toml) into a demo
 folder, `/tmp/skilld-demo` unless `--demo DIR` says otherwise, so the picture shows the folders
-a user would have rather than this checkout's; then it serves the panel over it (`skilld web`
-on a free port), opens the overview in headless chromium (Debian's /usr/bin/chromium, driven
-by Playwright) and saves a PNG.
+a user would have rather than this checkout's; then it starts the daemon (`skilld run`) and
+serves the panel over it (`skilld web` on a free port), opens the overview in headless
+chromium (Debian's /usr/bin/chromium, driven by Playwright) and saves a PNG.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
@@ -50,6 +51,13 @@ def main() -> int:
     if subprocess.run([*skilld, "once"], env=env).returncode != 0:
         print("panel_screenshot: skilld once failed (is the LLM reachable?)", file=sys.stderr)
         return 1
+    # A running daemon, as a user has one: the overview shows its heartbeat, not a problem.
+    daemon = subprocess.Popen([*skilld, "run"], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while subprocess.run([*skilld, "status", "--check"], env=env, capture_output=True).returncode:
+        if time.monotonic() > deadline or daemon.poll() is not None:
+            break
+        time.sleep(0.5)
     panel = subprocess.Popen(
         [*skilld, "web", "--port", "0"], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -67,8 +75,9 @@ def main() -> int:
             page.screenshot(path=str(args.out))
             browser.close()
     finally:
-        panel.send_signal(signal.SIGINT)
-        panel.wait(timeout=30)
+        for process in (panel, daemon):
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=30)
     print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes)")
     return 0
 
