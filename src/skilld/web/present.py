@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import html
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -82,9 +83,7 @@ def time_tag(value: object, now: datetime | None = None) -> Markup:
     exact = moment.astimezone(UTC).isoformat(timespec="seconds")
     shown = ago(moment, now or datetime.now(UTC))
     title = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return Markup(
-        f'<time datetime="{escape(exact)}" title="{escape(title)}">{escape(shown)}</time>'
-    )
+    return Markup(f'<time datetime="{exact}" title="{title}">{shown}</time>')  # our own text
 
 
 def short_path(value: str, roots: Mapping[str, str]) -> str:
@@ -117,8 +116,14 @@ def detail_pairs(
     return pairs
 
 
+def _e(value: object) -> str:
+    """`value` escaped for HTML text or a quoted attribute (the standard library's escape:
+    a page of events escapes some 700 values)."""
+    return html.escape(str(value), quote=True)
+
+
 def _link(href: str, text: str) -> str:
-    return f'<a href="{escape(href)}">{escape(text)}</a>'
+    return f'<a href="{_e(href)}">{_e(text)}</a>'
 
 
 def event_row(event: Mapping[str, Any], roots: Mapping[str, str], now: datetime) -> str:
@@ -126,9 +131,9 @@ def event_row(event: Mapping[str, Any], roots: Mapping[str, str], now: datetime)
     session link to their pages, the time is relative, the detail key–value text."""
     library, skill, session = event["library"], event["skill"], event["session"]
     cells = [
-        f'<td class="id">{escape(event["id"])}</td>',
+        f'<td class="id">{_e(event["id"])}</td>',
         f'<td class="nowrap">{time_tag(event["ts"], now)}</td>',
-        f'<td><a href="/events?kind={quote(str(event["kind"]))}">{escape(event["kind"])}</a></td>',
+        f'<td><a href="/events?kind={quote(str(event["kind"]))}">{_e(event["kind"])}</a></td>',
         "<td>"
         + (_link(f"/skills?library={quote(library)}", library) if library else "-")
         + "</td>",
@@ -136,17 +141,17 @@ def event_row(event: Mapping[str, Any], roots: Mapping[str, str], now: datetime)
         + (
             _link(f"/skills/{quote(library)}/{quote(skill)}", skill)
             if skill and library
-            else escape(skill or "-")
+            else _e(skill or "-")
         )
         + "</td>",
         '<td class="id">'
         + (_link(f"/events?session={quote(session)}", session) if session else "-")
         + "</td>",
-        f"<td>{escape(event['source'] or '-')}</td>",
-        f"<td>{escape(event['reason'] or '')}</td>",
+        f"<td>{_e(event['source'] or '-')}</td>",
+        f"<td>{_e(event['reason'] or '')}</td>",
         '<td><dl class="detail">'
         + "".join(
-            f"<dt>{escape(key)}</dt><dd>{escape(text)}</dd>"
+            f"<dt>{_e(key)}</dt><dd>{_e(text)}</dd>"
             for key, text in detail_pairs(event["detail"], roots)
         )
         + "</dl></td>",
