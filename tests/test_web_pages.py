@@ -295,3 +295,19 @@ def test_navigation_marks_the_page_and_empty_states_say_what_to_do(
     assert icon.status_code == 200 and icon.text.startswith("<svg")
     review = panel.get("/review").text
     assert "Review mode is off" in review and 'publish = "review"' in review
+
+
+def test_the_overview_reads_no_managed_file_twice(
+    panel: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap's count takes each file's hash from what the listing remembers of it while the
+    file stays the same: the overview at 10,000 skills is a stat per file, not a read."""
+    import skilld.skills.ownership as ownership
+
+    hashed: list[bytes] = []
+    real = ownership.sha256_hex
+    monkeypatch.setattr(ownership, "sha256_hex", lambda data: hashed.append(data) or real(data))
+    assert panel.get("/").status_code == 200
+    assert panel.get("/").status_code == 200
+    assert hashed == []
+    assert "<td>2</td>" in panel.get("/").text  # both skills still counted as managed
