@@ -285,6 +285,7 @@ PAGES = (
     "events",
     "curator",
     "write",
+    "login",
 )
 WIDTHS = (1280, 390)
 #: Where a long token may break anywhere: paths, code, ids inside their own box.

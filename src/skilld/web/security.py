@@ -41,7 +41,7 @@ TOKEN_PARAM = "token"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-skilld-csrf"
 #: Reachable without the token: the login form and what it needs to look like itself.
-PUBLIC_PATHS = frozenset({"/login", "/static/panel.css"})
+PUBLIC_PATHS = frozenset({"/login", "/static/panel.css", "/static/favicon.svg"})
 
 HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (
