@@ -66,7 +66,7 @@ def test_the_overview_leads_with_what_was_learned_this_week(
     assert workspace.cli("once").returncode == 0
     with client_for(workspace) as panel:
         page = panel.get("/").text
-    week = page.split('id="week"', 1)[1].split('<div class="columns">', 1)[0]
+    week = page.split('id="recent"', 1)[1].split('<div class="columns">', 1)[0]
     assert '<a href="/skills/default/run-tests">run-tests</a>' in week
     assert "Run the tests before a push." in week
     (created,) = workspace.events("created")
@@ -74,7 +74,7 @@ def test_the_overview_leads_with_what_was_learned_this_week(
     assert f">{created['session']}</a>" in week
     assert "github.com/acme/api" in week and "feat/login" in week
     assert "<time datetime=" in week and 'title="20' in week
-    assert page.index('id="week"') < page.index('id="daemon"')  # the week comes first
+    assert page.index('id="recent"') < page.index('id="daemon"')  # the week comes first
 
 
 def test_the_overview_shows_what_status_check_fails_on(
@@ -94,7 +94,7 @@ def test_the_overview_shows_what_status_check_fails_on(
     problems = page.split('id="problems"', 1)[1].split("</section>", 1)[0]
     for line in lines:  # the same items, in the same words
         assert line.replace('"', "&#34;").replace("'", "&#39;") in problems, line
-    assert page.index('id="problems"') < page.index('id="week"')
+    assert page.index('id="problems"') < page.index('id="recent"')
 
 
 def test_numbers_and_times_read_as_words() -> None:
