@@ -13,8 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from skilld.app import open_app
 from skilld.config import load_config
 from skilld.mcp_tools import SkillTools
+from skilld.reports import effect_week
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
 from tests.test_failures_tick import PUSH_SIGNATURE, call, checkout
@@ -268,3 +270,10 @@ def test_effect_prints_the_daemons_measurement_while_nothing_it_read_changed(
     once(workspace)
     assert kept()["rows"] == effect_json(workspace)
     assert effect_json(workspace)[1]["after"]["failures"] == 1
+    # The overview's week reads the same kept rows, and says what a fresh measurement says.
+    with open_app(load_config(workspace.config_path, environ={})) as app:
+        week = effect_week(app)
+        with app.state.transaction():
+            app.state.conn.execute("DELETE FROM meta WHERE key = 'effect_measurement'")
+        assert effect_week(app) == week
+    assert week["before_per_100"] == 100.0

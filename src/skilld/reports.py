@@ -226,16 +226,25 @@ def effect_records(
 def effect_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
     """`skilld effect --json` and `/api/effect`: one row per learned skill of `library`
     (`--library`), or of every library."""
-    from skilld.effect.report import kept_rows
-
     if library is not None:
         chosen = [app.select(library).name]
     else:
         chosen = [each.name for each in app.all_libraries()]
-    kept = kept_rows(app.state.conn, chosen, min_exposures=app.config.effect.min_exposures)
+    return _measured(app, chosen).rows
+
+
+def _measured(app: App, libraries: list[str]) -> Any:
+    """Each learned skill's row and last exposure (`effect.report.Kept`): the daemon's last
+    measurement while it holds, else measured now."""
+    from skilld.effect.report import Kept, kept_measurement
+
+    kept = kept_measurement(
+        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
+    )
     if kept is not None:
         return kept
-    return [record.row() for record in effect_records(app, chosen)]
+    records = effect_records(app, libraries)
+    return Kept([r.row() for r in records], [r.measured.last_exposure for r in records])
 
 
 def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
@@ -263,19 +272,24 @@ def effect_week(app: App, days: int = 7) -> dict[str, Any]:
     """The overview's learning of the last `days` days: skills created and updated, failures
     that stopped recurring (a skill's failure, seen before it, not again in the sessions
     since), and recurring failures no skill covers that failed again."""
-    from skilld.effect.report import pooled, stopped_recurring, uncovered_recurring
+    from skilld.effect.report import has_stopped, row_counts, uncovered_recurring
+    from skilld.effect.verdict import pool
     from skilld.state import utc_now_iso
 
     since = utc_now_iso(time.time() - days * 86400)
-    records = effect_records(app)
     names = [lib.name for lib in app.all_libraries()]
+    measured = _measured(app, names)
     learned = app.state.events(kinds=("created", "updated"), since=since)
-    figure = pooled(records)
+    figure = pool(row_counts(row) for row in measured.rows)
     return {
         "since": since,
         "created": sum(event.kind == "created" for event in learned),
         "updated": sum(event.kind == "updated" for event in learned),
-        "stopped": [record.row() for record in stopped_recurring(records, since=since)],
+        "stopped": [
+            row
+            for row, last in zip(measured.rows, measured.last_exposures, strict=True)
+            if has_stopped(row, last, since=since)
+        ],
         "uncovered": uncovered_recurring(app.state.conn, names, since=since),
         "before_per_100": figure.before_per_100,
         "after_per_100": figure.after_per_100,

@@ -35,7 +35,7 @@ from skilld.effect.measure import (
     recurrences,
 )
 from skilld.effect.store import generation
-from skilld.effect.verdict import Outcome, Pooled, judge, pool
+from skilld.effect.verdict import Counts, Outcome, Pooled, judge, pool
 
 #: The events that wrote a version of a skill from a window.
 LEARNING_KINDS = ("created", "updated", "merged")
@@ -190,13 +190,25 @@ def measurement_stamp(conn: sqlite3.Connection, *, min_exposures: int) -> list[A
 def measurement(
     records: Iterable[SkillEffect], libraries: Sequence[str], stamp: list[Any]
 ) -> dict[str, Any]:
-    """What the daemon keeps of a measurement of every library (`MEASUREMENT_KEY`)."""
-    return {"stamp": stamp, "libraries": list(libraries), "rows": [r.row() for r in records]}
+    """What the daemon keeps of a measurement of every library (`MEASUREMENT_KEY`): each
+    skill's row and when it was last exposed (for the overview's week)."""
+    measured = list(records)
+    return {
+        "stamp": stamp,
+        "libraries": list(libraries),
+        "rows": [record.row() for record in measured],
+        "last_exposures": [record.measured.last_exposure for record in measured],
+    }
 
 
-def kept_rows(
+class Kept(NamedTuple):
+    rows: list[dict[str, Any]]
+    last_exposures: list[str | None]
+
+
+def kept_measurement(
     conn: sqlite3.Connection, libraries: Sequence[str], *, min_exposures: int
-) -> list[dict[str, Any]] | None:
+) -> Kept | None:
     """The rows of `libraries` from the daemon's last measurement, when nothing it read has
     changed since (its stamp is today's); None otherwise. The daemon measures after every
     tick that reads sessions, so a command over a large library does not measure again."""
@@ -209,7 +221,12 @@ def kept_rows(
     if kept.get("stamp") != measurement_stamp(conn, min_exposures=min_exposures):
         return None
     wanted = set(libraries)
-    return [r for r in kept["rows"] if r["library"] in wanted]
+    pairs = [
+        (r, last)
+        for r, last in zip(kept["rows"], kept.get("last_exposures", ()), strict=False)
+        if r["library"] in wanted
+    ]
+    return Kept([r for r, _ in pairs], [last for _, last in pairs])
 
 
 def pooled(records: Iterable[SkillEffect]) -> Pooled:
@@ -243,14 +260,35 @@ def uncovered_recurring(
     learned from it; with `since` (ISO), only those that failed again since then. Most
     sessions first."""
     covered = covering_skills(conn, libraries)
-    rows = conn.execute(
-        "SELECT f.signature, s.repository, COUNT(DISTINCT f.session), COUNT(*),"
-        " MIN(f.tool), MIN(f.command), MIN(f.error), MAX(COALESCE(f.ts, s.first_ts))"
-        " FROM effect_failures AS f JOIN effect_sessions AS s ON s.session = f.session"
-        " WHERE f.class IN ('real', 'hook')"
-        " GROUP BY f.signature, s.repository HAVING COUNT(DISTINCT f.session) >= 2"
-    ).fetchall()
     cutoff = instant(since)
+    # Each row carries its session's agent, repository and start (`store.record_reads`), so a
+    # signature is grouped without a join; with `since`, only the (signature, agent,
+    # repository) triples that failed since are read, each an index range.
+    pairs = None
+    if cutoff is not None:
+        pairs = conn.execute(
+            "SELECT signature, source, repository FROM effect_failures"
+            " INDEXED BY effect_failures_recent WHERE ts >= ? AND class IN ('real', 'hook') UNION"
+            " SELECT signature, source, repository FROM effect_failures"
+            " INDEXED BY effect_failures_recent"
+            " WHERE ts IS NULL AND session_ts >= ? AND class IN ('real', 'hook')",
+            (cutoff, cutoff),
+        ).fetchall()
+    rows = conn.execute(
+        "SELECT f.signature, f.repository, COUNT(DISTINCT f.session), COUNT(*),"
+        " MIN(f.tool), MIN(f.command), MIN(f.error), MAX(COALESCE(f.ts, f.session_ts))"
+        + (
+            " FROM json_each(?) AS p JOIN effect_failures AS f"
+            " ON f.signature = json_extract(p.value, '$[0]')"
+            " AND f.source = json_extract(p.value, '$[1]')"
+            " AND f.repository IS json_extract(p.value, '$[2]')"
+            if pairs is not None
+            else " FROM effect_failures AS f"
+        )
+        + " WHERE f.class IN ('real', 'hook')"
+        " GROUP BY f.signature, f.repository HAVING COUNT(DISTINCT f.session) >= 2",
+        () if pairs is None else (json.dumps([list(pair) for pair in pairs]),),
+    ).fetchall()
     found = []
     for signature, repository, sessions, occurrences, tool, command, error, last in rows:
         if signature in covered:
@@ -277,15 +315,39 @@ def uncovered_recurring(
 def stopped_recurring(records: Iterable[SkillEffect], *, since: str) -> list[SkillEffect]:
     """Skills whose failure had happened before them and has not come back since, with an
     exposure since `since` (ISO): the failures that stopped recurring."""
-    cutoff = instant(since) or since
     return [
         record
         for record in records
-        if record.measured.counts.before_failures > 0
-        and record.measured.counts.after_failures == 0
-        and record.measured.last_exposure is not None
-        and record.measured.last_exposure >= cutoff
+        if has_stopped(record.row(), record.measured.last_exposure, since=since)
     ]
+
+
+def has_stopped(row: Mapping[str, Any], last_exposure: str | None, *, since: str) -> bool:
+    """Whether the skill of `row` (as `skilld effect --json` prints it), last exposed at
+    `last_exposure`, ended a failure that recurred before it: see `stopped_recurring`."""
+    cutoff = instant(since) or since
+    return (
+        row["before"]["failures"] > 0
+        and row["after"]["failures"] == 0
+        and last_exposure is not None
+        and last_exposure >= cutoff
+    )
+
+
+def row_counts(row: Mapping[str, Any]) -> Counts:
+    """The counts of a row as `skilld effect --json` prints it (for `pool`)."""
+    before, after = row["before"], row["after"]
+    return Counts(
+        len(row["source_failures"]),
+        before["exposures"],
+        before["failures"],
+        after["exposures"],
+        after["failures"],
+        after["loaded_exposures"],
+        after["loaded_failures"],
+        before["sessions"],
+        after["sessions"],
+    )
 
 
 def _json_list(values: Iterable[str]) -> str:

@@ -191,6 +191,8 @@ _V4 = """
     CREATE INDEX IF NOT EXISTS effect_failures_exposure
         ON effect_failures(signature, source, repository, session_ts, class, session);
     CREATE INDEX IF NOT EXISTS effect_failures_signature ON effect_failures(signature, session);
+    -- What failed since a day (the overview's week), its time unknown: its session's start.
+    CREATE INDEX IF NOT EXISTS effect_failures_recent ON effect_failures(ts, session_ts);
     CREATE TABLE IF NOT EXISTS effect_loads (
         session TEXT NOT NULL,
         library TEXT NOT NULL,
