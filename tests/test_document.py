@@ -720,6 +720,8 @@ def test_skill_doc_mappings_are_read_only_copies() -> None:
         ("Fix it.", "the tests time out?", "Fix it. Use when the tests time out?"),
         ("Fix it.", "use this skill when S3 uploads stall", "Fix it. Use when S3 uploads stall."),
         ("Fix it.", "Use when", "Fix it."),
+        # Found by the round-trip property: "I" alone parses back as "I." and must stay "I".
+        ("Fix it.", "I", "Fix it. Use when I."),
     ],
 )
 def test_the_agentskills_fold_reads_as_one_sentence(

@@ -584,7 +584,9 @@ def _lower_first_word(text: str) -> str:
     """`text` with its first letter lower-cased, unless its first word looks like an acronym
     or a name: "I", or a word with a capital or a digit after its first letter."""
     word = text.split(maxsplit=1)[0] if text.strip() else ""
-    if not word or not word[0].isupper() or word == "I" or word.startswith("I'"):
+    # "I." is the word "I" ending the clause (a parsed fold ends with its period).
+    bare = word.rstrip(".,;:!?")
+    if not word or not word[0].isupper() or bare == "I" or word.startswith("I'"):
         return text
     if any(character.isupper() or character.isdigit() for character in word[1:]):
         return text
