@@ -52,6 +52,20 @@ def test_events_filter_and_order(tmp_path: Path) -> None:
             db.add_event("made-up-kind")
 
 
+def test_count_kinds_counts_each_kind_since_a_time(tmp_path: Path) -> None:
+    clock = iter([100.0, 200.0, 300.0, 400.0, 500.0]).__next__
+    with StateDB(tmp_path / "state.db", clock=clock) as db:
+        for kind in ("created", "created", "updated", "skipped", "created"):
+            db.add_event(kind, skill="a")
+        since = "1970-01-01T00:03:00+00:00"  # the second event (at 200 s) on
+        assert db.count_kinds(("created", "updated"), since=since) == {"created": 2, "updated": 1}
+        assert db.count_kinds(("created", "merged"), since="1970-01-01T00:00:00+00:00") == {
+            "created": 3,
+            "merged": 0,
+        }
+        assert db.count_kinds(("created",), since="1970-01-01T01:00:00+00:00") == {"created": 0}
+
+
 def test_a_skill_s_events_are_read_by_the_skill_s_index(tmp_path: Path) -> None:
     """With a skill named, neither the library's nor a kind's index (every event of a
     library) is walked: at 1,000,000 events that was 3 s for `skills show`."""

@@ -279,18 +279,23 @@ def effect_week(app: App, days: int = 7) -> dict[str, Any]:
     since = utc_now_iso(time.time() - days * 86400)
     names = [lib.name for lib in app.all_libraries()]
     measured = _measured(app, names)
-    learned = app.state.events(kinds=("created", "updated"), since=since)
+    learned = app.state.count_kinds(("created", "updated"), since=since)
     figure = pool(row_counts(row) for row in measured.rows)
     return {
         "since": since,
-        "created": sum(event.kind == "created" for event in learned),
-        "updated": sum(event.kind == "updated" for event in learned),
+        "created": learned["created"],
+        "updated": learned["updated"],
         "stopped": [
             row
             for row, last in zip(measured.rows, measured.last_exposures, strict=True)
             if has_stopped(row, last, since=since)
         ],
-        "uncovered": uncovered_recurring(app.state.conn, names, since=since),
+        "uncovered": uncovered_recurring(
+            app.state.conn,
+            names,
+            since=since,
+            covered={f["signature"] for row in measured.rows for f in row["source_failures"]},
+        ),
         "before_per_100": figure.before_per_100,
         "after_per_100": figure.after_per_100,
     }

@@ -39,6 +39,8 @@ from skilld.effect.verdict import Counts, Outcome, Pooled, judge, pool
 
 #: The events that wrote a version of a skill from a window.
 LEARNING_KINDS = ("created", "updated", "merged")
+#: Up to this many skills, their versions are looked up by name.
+FEW_SKILLS = 200
 
 #: The evidence of a skill written by a person or an agent's tool, from no session window.
 NO_WINDOW = "written from no session window (by hand or by a tool): nothing to measure"
@@ -253,13 +255,18 @@ def covering_skills(
 
 
 def uncovered_recurring(
-    conn: sqlite3.Connection, libraries: Sequence[str], *, since: str | None = None
+    conn: sqlite3.Connection,
+    libraries: Sequence[str],
+    *,
+    since: str | None = None,
+    covered: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Recurring failures no skill covers: each real/hook signature that failed in two or more
     sessions of one repository (or of no known repository), with no skill of `libraries`
     learned from it; with `since` (ISO), only those that failed again since then. Most
-    sessions first."""
-    covered = covering_skills(conn, libraries)
+    sessions first. `covered`: the signatures the skills were learned from, when the caller
+    has measured them (the `source_failures` of `skilld effect`'s rows)."""
+    covered = set(covering_skills(conn, libraries) if covered is None else covered)
     cutoff = instant(since)
     # Each row carries its session's agent, repository and start (`store.record_reads`), so a
     # signature is grouped without a join; with `since`, only the (signature, agent,
@@ -372,21 +379,33 @@ def _versions(
     """Each skill's versions with a source window, oldest first: the events that wrote them,
     else (a skill written before events named windows) its provenance row."""
     libraries = sorted({library for library, _ in skills})
+    # A few skills (a skill's page, a page of the table) are read through the skill index;
+    # every skill through the kinds'.
+    few = len(skills) <= FEW_SKILLS
     rows = conn.execute(
         "SELECT library, skill, ts, session,"
         " json_extract(detail, '$.messages[0]'), json_extract(detail, '$.messages[1]'),"
         " json_extract(detail, '$.git.repository')"
-        f" FROM events WHERE kind IN ({','.join('?' * len(LEARNING_KINDS))})"
-        " AND library IN (SELECT value FROM json_each(?)) ORDER BY id",
-        (*LEARNING_KINDS, _json_list(libraries)),
+        f" FROM events WHERE {'+' if few else ''}kind"
+        f" IN ({','.join('?' * len(LEARNING_KINDS))})"
+        f" AND {'+' if few else ''}library IN (SELECT value FROM json_each(?))"
+        + (" AND skill IN (SELECT value FROM json_each(?))" if few else "")
+        # Only a version learned from a window has one to measure from.
+        + " AND session <> '' AND json_type(detail, '$.messages[0]') = 'integer'"
+        " AND json_type(detail, '$.messages[1]') = 'integer' ORDER BY id",
+        (
+            *LEARNING_KINDS,
+            _json_list(libraries),
+            *([_json_list(sorted({name for _, name in skills}))] if few else []),
+        ),
     )
     versions: dict[tuple[str, str], list[Version]] = {}
     for library, name, ts, session, first, last, repository in rows.fetchall():
         key = (library, name)
-        at = instant(ts)
-        if key not in skills or at is None or not session:
+        if key not in skills:
             continue
-        if not isinstance(first, int) or not isinstance(last, int):
+        at = instant(ts)
+        if at is None:
             continue
         versions.setdefault(key, []).append(
             Version(at, session, first, last, repository if isinstance(repository, str) else None)

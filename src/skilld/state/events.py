@@ -171,6 +171,23 @@ class EventLog(Database):
         rows = self.conn.execute(sql, params).fetchall()
         return [_event(row) for row in reversed(rows)]
 
+    def count_kinds(self, kinds: tuple[str, ...], *, since: str) -> dict[str, int]:
+        """How many events of each of `kinds` were recorded since `since` (ISO)."""
+        # The log is appended in time order: from the first event since then on, each kind is
+        # an index range to count, not every event of the week to look at.
+        first = self.conn.execute(
+            "SELECT id FROM events WHERE ts >= ? ORDER BY ts, id LIMIT 1", (since,)
+        ).fetchone()
+        counts = dict.fromkeys(kinds, 0)
+        if first is None:
+            return counts
+        rows = self.conn.execute(
+            f"SELECT kind, COUNT(*) FROM events WHERE kind IN ({','.join('?' * len(kinds))})"
+            " AND id >= ? GROUP BY kind",
+            (*kinds, first[0]),
+        ).fetchall()
+        return counts | dict(rows)
+
 
 def _event(row: sqlite3.Row) -> Event:
     detail = json.loads(row["detail"]) if row["detail"] else {}
