@@ -39,6 +39,7 @@ from skilld.effect.verdict import Counts, Outcome, Pooled, judge, pool
 
 #: The events that wrote a version of a skill from a window.
 LEARNING_KINDS = ("created", "updated", "merged")
+LEARNING_KINDS_SQL = "('created', 'updated', 'merged')"
 #: Up to this many skills, their versions are looked up by name.
 FEW_SKILLS = 200
 
@@ -379,22 +380,20 @@ def _versions(
     """Each skill's versions with a source window, oldest first: the events that wrote them,
     else (a skill written before events named windows) its provenance row."""
     libraries = sorted({library for library, _ in skills})
-    # A few skills (a skill's page, a page of the table) are read through the skill index;
-    # every skill through the kinds'.
+    # A few skills (a skill's page, a page of the table) are looked up by name.
     few = len(skills) <= FEW_SKILLS
     rows = conn.execute(
         "SELECT library, skill, ts, session,"
         " json_extract(detail, '$.messages[0]'), json_extract(detail, '$.messages[1]'),"
         " json_extract(detail, '$.git.repository')"
-        f" FROM events WHERE {'+' if few else ''}kind"
-        f" IN ({','.join('?' * len(LEARNING_KINDS))})"
-        f" AND {'+' if few else ''}library IN (SELECT value FROM json_each(?))"
+        # Only a version learned from a window has one to measure from: these two terms are
+        # the partial index `events_learned`'s (state/db.py), written as it has them.
+        f" FROM events INDEXED BY events_learned WHERE kind IN {LEARNING_KINDS_SQL}"
+        " AND json_type(detail, '$.messages[0]') = 'integer'"
+        " AND library IN (SELECT value FROM json_each(?))"
         + (" AND skill IN (SELECT value FROM json_each(?))" if few else "")
-        # Only a version learned from a window has one to measure from.
-        + " AND session <> '' AND json_type(detail, '$.messages[0]') = 'integer'"
-        " AND json_type(detail, '$.messages[1]') = 'integer' ORDER BY id",
+        + " AND session <> '' AND json_type(detail, '$.messages[1]') = 'integer' ORDER BY id",
         (
-            *LEARNING_KINDS,
             _json_list(libraries),
             *([_json_list(sorted({name for _, name in skills}))] if few else []),
         ),

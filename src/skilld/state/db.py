@@ -193,6 +193,11 @@ _V4 = """
     CREATE INDEX IF NOT EXISTS effect_failures_signature ON effect_failures(signature, session);
     -- What failed since a day (the overview's week), its time unknown: its session's start.
     CREATE INDEX IF NOT EXISTS effect_failures_recent ON effect_failures(ts, session_ts);
+    -- The versions learned from a window (skilld.effect.report reads them with these very
+    -- terms): a few among a log of every decision.
+    CREATE INDEX IF NOT EXISTS events_learned ON events(library, skill, id)
+        WHERE kind IN ('created', 'updated', 'merged')
+        AND json_type(detail, '$.messages[0]') = 'integer';
     CREATE TABLE IF NOT EXISTS effect_loads (
         session TEXT NOT NULL,
         library TEXT NOT NULL,
