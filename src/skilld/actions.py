@@ -49,7 +49,7 @@ def approve(app: App, name: str, origin: Origin, library: str | None = None) -> 
     session, window, model and reason; `approved_by` (its event's detail) is `origin.source`.
     """
     from skilld.evolve.approval import approved_text
-    from skilld.skills.outcomes import Unchanged
+    from skilld.skills.outcomes import Unchanged, refused_or_written
 
     file, item = staged_proposal(app, name, library)
     target = staged_library(app, item.library, item.project_root)
@@ -92,19 +92,6 @@ def proposal_origin(item: Staged) -> Origin:
         prompt_version=taught.get("prompt_version"),
         git=from_json(taught.get("git")),
     )
-
-
-def refused_or_written(outcome: WriteOutcome) -> Written | Unchanged:
-    """A write's outcome, or the error a refused or failed write raises (as `Library.apply`)."""
-    from skilld.errors import CapReached, LibraryError, Protected
-    from skilld.skills.outcomes import Refused, WriteFailed
-
-    if isinstance(outcome, Refused):
-        error = {"protected": Protected, "cap": CapReached}.get(outcome.kind, LibraryError)
-        raise error(outcome.reason)
-    if isinstance(outcome, WriteFailed):
-        raise LibraryError(f"could not write {outcome.name}: {outcome.reason}")
-    return outcome
 
 
 def rollback(

@@ -26,7 +26,16 @@ _EXPORTS = {
     **dict.fromkeys(["Library"], "library"),
     **dict.fromkeys(["HistoryVersion"], "history"),
     **dict.fromkeys(
-        ["Origin", "Refused", "Unchanged", "WriteFailed", "WriteOutcome", "Written"], "outcomes"
+        [
+            "Origin",
+            "Refused",
+            "Unchanged",
+            "WriteFailed",
+            "WriteOutcome",
+            "Written",
+            "refused_or_written",
+        ],
+        "outcomes",
     ),
     **dict.fromkeys(["BUNDLED_MANIFEST", "HUB_LOCK"], "ownership"),
     **dict.fromkeys(["SharedFile", "SkillChange", "TeamTree", "WrittenFile"], "team_tree"),

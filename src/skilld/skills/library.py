@@ -71,6 +71,7 @@ from skilld.skills.outcomes import (
     WriteOutcome,
     Written,
     record_outcome,
+    refused_or_written,
 )
 from skilld.skills.ownership import (
     BUNDLED_MANIFEST,
@@ -493,16 +494,9 @@ class Library:
     def apply(self, doc: SkillDoc, origin: Origin, *, force: bool = False) -> Written | Unchanged:
         """Write and commit at once (a person's or an agent's tool's write). Raises
         LibraryError (Protected, CapReached) for a refusal and OSError for a failed write."""
-        from skilld.errors import CapReached
-
         outcome = self.write(doc, origin, force=force)
         self.commit(outcome, origin)
-        if isinstance(outcome, Refused):
-            error = {"protected": Protected, "cap": CapReached}.get(outcome.kind, LibraryError)
-            raise error(outcome.reason)
-        if isinstance(outcome, WriteFailed):
-            raise LibraryError(f"could not write {outcome.name}: {outcome.reason}")
-        return outcome
+        return refused_or_written(outcome)
 
     def _ensure_root(self) -> None:
         """Create the skills dir; a project's only as real folders inside its root."""

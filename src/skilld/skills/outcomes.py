@@ -134,3 +134,16 @@ def record_outcome(
             state.add_event(
                 "error", **common, reason=f"could not write: {outcome.reason}", detail=extra
             )
+
+
+def refused_or_written(outcome: WriteOutcome) -> Written | Unchanged:
+    """A write's outcome, or the error a refused or failed write raises: `Protected` or
+    `CapReached` for a refusal, `LibraryError` for the rest."""
+    from skilld.errors import CapReached, LibraryError, Protected
+
+    if isinstance(outcome, Refused):
+        error = {"protected": Protected, "cap": CapReached}.get(outcome.kind, LibraryError)
+        raise error(outcome.reason)
+    if isinstance(outcome, WriteFailed):
+        raise LibraryError(f"could not write {outcome.name}: {outcome.reason}")
+    return outcome
