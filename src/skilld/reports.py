@@ -233,17 +233,19 @@ def effect_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
     return _measured(app, chosen).rows
 
 
-def _measured(app: App, libraries: list[str]) -> Any:
+def _measured(app: App, libraries: list[str], *, windowed: bool = False) -> Any:
     """Each learned skill's row and last exposure (`effect.report.Kept`): the daemon's last
-    measurement while it holds, else measured now."""
-    from skilld.effect.report import Kept, kept_measurement
+    measurement while it holds, else measured now (with `windowed`, only the skills learned
+    from a window: those with something to measure)."""
+    from skilld.effect.report import Kept, kept_measurement, windowed_skills
 
     kept = kept_measurement(
         app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
     )
     if kept is not None:
         return kept
-    records = effect_records(app, libraries)
+    names = windowed_skills(app.state.conn, libraries) if windowed else None
+    records = effect_records(app, libraries, names=names) if names != [] else []
     return Kept([r.row() for r in records], [r.measured.last_exposure for r in records])
 
 
@@ -278,7 +280,8 @@ def effect_week(app: App, days: int = 7) -> dict[str, Any]:
 
     since = utc_now_iso(time.time() - days * 86400)
     names = [lib.name for lib in app.all_libraries()]
-    measured = _measured(app, names)
+    # The week pools and lists only skills learned from a failure: from a window.
+    measured = _measured(app, names, windowed=True)
     learned = app.state.count_kinds(("created", "updated"), since=since)
     figure = pool(row_counts(row) for row in measured.rows)
     return {

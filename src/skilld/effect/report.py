@@ -374,6 +374,21 @@ def _skills(
     return {(library, name): instant(created) for library, name, created in rows.fetchall()}
 
 
+def windowed_skills(conn: sqlite3.Connection, libraries: Sequence[str]) -> list[tuple[str, str]]:
+    """The (library, name) of every skill of `libraries` with a version learned from a window
+    (what `_versions` finds), sorted."""
+    rows = conn.execute(
+        "SELECT library, skill FROM events INDEXED BY events_learned"
+        f" WHERE kind IN {LEARNING_KINDS_SQL} AND json_type(detail, '$.messages[0]') = 'integer'"
+        " AND library IN (SELECT value FROM json_each(?)) AND skill IS NOT NULL"
+        " UNION SELECT library, name FROM provenance"
+        " WHERE library IN (SELECT value FROM json_each(?)) AND session IS NOT NULL"
+        " AND first_message IS NOT NULL AND last_message IS NOT NULL",
+        (_json_list(libraries), _json_list(libraries)),
+    ).fetchall()
+    return sorted((library, name) for library, name in rows)
+
+
 def _versions(
     conn: sqlite3.Connection, skills: Mapping[tuple[str, str], str | None]
 ) -> dict[tuple[str, str], list[Version]]:
