@@ -14,7 +14,7 @@ from skilld.effect.report import (
     covering_skills,
     effect_records,
     effect_rows,
-    stopped_recurring,
+    has_stopped,
     uncovered_recurring,
 )
 from skilld.state import StateDB
@@ -177,10 +177,14 @@ def test_stopped_recurring(state: StateDB, clock: Clock) -> None:
     learned_push_skill(state, clock)
     record_session(state, "claude-code:a", day(20))
     records = effect_records(state.conn, [LIBRARY], min_exposures=10)
-    assert [r.name for r in stopped_recurring(records, since=day(19).isoformat())] == [
-        "push-upstream"
-    ]
-    assert stopped_recurring(records, since=day(21).isoformat()) == []
+
+    def stopped_recurring(since: str) -> list[str]:
+        return [
+            r.name for r in records if has_stopped(r.row(), r.measured.last_exposure, since=since)
+        ]
+
+    assert stopped_recurring(since=day(19).isoformat()) == ["push-upstream"]
+    assert stopped_recurring(since=day(21).isoformat()) == []
 
 
 def test_json_is_the_cli_output(state: StateDB, clock: Clock, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from skilld.app import App
 from skilld.effect import store
+from skilld.effect.report import covering_skills
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, skip_reply
 from tests.test_backfill import HOUR, Clock, age, evolver, windows_sent, write_session
@@ -287,6 +288,6 @@ def test_a_skill_learned_from_a_window_names_the_failures_it_resolved(
             " last_message, created_at, updated_at) VALUES ('default', 'push-upstream', 'p',"
             " 'h', 'jsonl:one', 0, 5, '2026-01-01', '2026-01-01')"
         )
-        rows = store.failure_rows(conn)
+        rows = store.failure_rows(conn, covered=covering_skills(conn, None))
     assert rows[0]["skills"] == [{"library": "default", "name": "push-upstream"}]
     assert json.loads(workspace.cli("failures", "--json").stdout) == rows

@@ -21,7 +21,7 @@ from skilld.errors import Failure, UsageError
 
 if TYPE_CHECKING:
     from skilld.app import App
-    from skilld.effect.report import SkillEffect
+    from skilld.effect.report import Kept, SkillEffect
     from skilld.gitinfo import GitContext
     from skilld.skills.library import Library
 
@@ -233,7 +233,7 @@ def effect_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
     return _measured(app, chosen).rows
 
 
-def _measured(app: App, libraries: list[str], *, windowed: bool = False) -> Any:
+def _measured(app: App, libraries: list[str], *, windowed: bool = False) -> Kept:
     """Each learned skill's row and last exposure (`effect.report.Kept`): the daemon's last
     measurement while it holds, else measured now (with `windowed`, only the skills learned
     from a window: those with something to measure)."""
@@ -530,13 +530,16 @@ def failure_report(
 ) -> list[dict[str, Any]]:
     """`skilld failures --json` and `/api/failures`: one entry per failure signature (DESIGN.md
     §13). Raises UsageError for a bad `since`."""
+    from skilld.effect.report import covering_skills
     from skilld.effect.store import failure_rows
 
+    conn = app.state.conn
     return failure_rows(
-        app.state.conn,
+        conn,
         since=since_timestamp(since),
         repository=repository or None,
         recurring=recurring,
+        covered=covering_skills(conn, None),
     )
 
 

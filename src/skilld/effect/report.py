@@ -239,10 +239,13 @@ def pooled(records: Iterable[SkillEffect]) -> Pooled:
 
 
 def covering_skills(
-    conn: sqlite3.Connection, libraries: Sequence[str]
+    conn: sqlite3.Connection, libraries: Sequence[str] | None
 ) -> dict[str, list[tuple[str, str]]]:
-    """signature -> the (library, name) of each skill learned from it (its version's source
-    window showed it resolved, real or hook)."""
+    """signature -> the (library, name) of each skill of `libraries` (None: of every library
+    state.db knows, project libraries too) learned from it (a version's source window showed
+    it resolved, real or hook)."""
+    if libraries is None:
+        libraries = [row[0] for row in conn.execute("SELECT DISTINCT library FROM provenance")]
     skills = _skills(conn, libraries)
     versions = _versions(conn, skills)
     failures = _window_failures(conn, [v for vs in versions.values() for v in vs])
@@ -320,19 +323,10 @@ def uncovered_recurring(
     return found
 
 
-def stopped_recurring(records: Iterable[SkillEffect], *, since: str) -> list[SkillEffect]:
-    """Skills whose failure had happened before them and has not come back since, with an
-    exposure since `since` (ISO): the failures that stopped recurring."""
-    return [
-        record
-        for record in records
-        if has_stopped(record.row(), record.measured.last_exposure, since=since)
-    ]
-
-
 def has_stopped(row: Mapping[str, Any], last_exposure: str | None, *, since: str) -> bool:
     """Whether the skill of `row` (as `skilld effect --json` prints it), last exposed at
-    `last_exposure`, ended a failure that recurred before it: see `stopped_recurring`."""
+    `last_exposure`, ended a failure that recurred before it: the failure had happened before
+    the skill, has not come back since, and the skill was exposed since `since` (ISO)."""
     cutoff = instant(since) or since
     return (
         row["before"]["failures"] > 0

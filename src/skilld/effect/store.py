@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from skilld.effect.extract import CLASSES, COUNTED_CLASSES, Failure, ToolRun
@@ -231,12 +231,16 @@ def failure_rows(
     since: str | None = None,
     repository: str | None = None,
     recurring: bool = False,
+    covered: Mapping[str, Sequence[tuple[str, str]]] | None = None,
 ) -> list[dict[str, Any]]:
     """`skilld failures --json`: one entry per signature, most widespread first.
 
     `since`: only occurrences at or after this ISO time; `repository`: only occurrences in a
-    repository matching this glob; `recurring`: only signatures seen in two sessions or more.
+    repository matching this glob; `recurring`: only signatures seen in two sessions or more;
+    `covered`: signature -> the (library, name) of the skills learned from it
+    (`skilld.effect.report.covering_skills`).
     """
+    covered = covered or {}
     sql = (
         "SELECT f.signature, f.tool, f.command, f.error, f.class, f.session,"
         " COALESCE(f.ts, s.first_ts) AS at, s.repository"
@@ -254,9 +258,11 @@ def failure_rows(
         if group is None:
             group = grouped[row[0]] = _Group(row[1], row[2], row[3])
         group.add(row[4], row[5], row[6], row[7])
-    skills = _skills_by_signature(conn, set(grouped))
     entries = [
-        group.entry(signature, skills.get(signature, []))
+        group.entry(
+            signature,
+            [{"library": library, "name": name} for library, name in covered.get(signature, ())],
+        )
         for signature, group in grouped.items()
         if not recurring or len(group.sessions) >= 2
     ]
@@ -305,25 +311,3 @@ def _dominant(classes: dict[str, int]) -> str:
     ranked = {cls: n for cls, n in classes.items() if cls != "cascade"} or classes
     order = {cls: index for index, cls in enumerate(CLASSES)}
     return min(ranked, key=lambda cls: (-ranked[cls], order.get(cls, len(order))))
-
-
-def _skills_by_signature(
-    conn: sqlite3.Connection, signatures: set[str]
-) -> dict[str, list[dict[str, str]]]:
-    """The skills whose source window showed each signature resolved (`real`/`hook`): the
-    skill's source failures, by its provenance."""
-    if not signatures:
-        return {}
-    rows = conn.execute(
-        "SELECT DISTINCT f.signature, p.library, p.name FROM provenance AS p"
-        " JOIN effect_failures AS f ON f.session = p.session"
-        " AND f.seq BETWEEN p.first_message AND p.last_message"
-        f" WHERE f.resolved = 1 AND f.class IN ({', '.join('?' for _ in COUNTED_CLASSES)})"
-        " ORDER BY p.library, p.name",
-        COUNTED_CLASSES,
-    ).fetchall()
-    found: dict[str, list[dict[str, str]]] = {}
-    for signature, library, name in rows:
-        if signature in signatures:
-            found.setdefault(signature, []).append({"library": library, "name": name})
-    return found
