@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from skilld.digest import sha256_hex
+from skilld.effect.extract import utc_iso
 from skilld.effect.measure import (
     Anchor,
     AnchorCounts,
@@ -94,13 +94,7 @@ def instant(text: str | None) -> str | None:
         return None
     if len(text) == 25 and text.endswith("+00:00") and text[10] == "T":
         return text  # the form state.db writes: nothing to convert
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="seconds")
+    return utc_iso(text)
 
 
 def effect_records(
