@@ -19,12 +19,12 @@ is copied aside to `.usage.json.corrupt-<UTC stamp>`, reported to `on_corrupt`, 
 the records that can still be decoded; it never silently becomes empty.
 """
 
+import _thread
 import contextlib
 import fcntl
 import json
 import os
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -323,7 +323,9 @@ class UsageStore:
         self._clock = clock
         self._on_corrupt = on_corrupt
         self._log = get_logger("skilld.usage")
-        self._mutex = threading.RLock()
+        # The C lock `threading.RLock()` returns; importing `threading` would cost a hook a
+        # millisecond it needs for nothing else.
+        self._mutex = _thread.RLock()
         self._lock_fd: int | None = None
         self._lock_pid = 0
         self._transaction: dict[str, Record] | None = None
