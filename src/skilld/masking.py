@@ -14,12 +14,14 @@ import urllib.parse
 
 #: A query or fragment key holding one of these (any case) has its value masked.
 SECRET_QUERY_WORDS = ("tok", "key", "pass", "pwd", "secret", "sig", "auth", "credential")
+# Patterns are compiled on first use (by `re`'s cache): `status` imports this module and most
+# installations have no team remote to mask.
 #: A user name kept as it is (`git@`, `alice@`): letters and `._-` only. Anything else in the
 #: user info (a token used as the user name, a password) is masked.
-_PLAIN_USER = re.compile(r"[A-Za-z._-]{1,32}")
+_PLAIN_USER = r"[A-Za-z._-]{1,32}"
 _MASK = "****"
-_URL_USERINFO = re.compile(r"://[^/?#\s]*@")
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}+://[^\s'\"<>`]++")
+_URL_USERINFO = r"://[^/?#\s]*@"
+_URL_IN_TEXT = r"[A-Za-z][A-Za-z0-9+.-]{0,30}+://[^\s'\"<>`]++"
 
 
 def masked_url(url: str) -> str:
@@ -28,11 +30,11 @@ def masked_url(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
-        return _URL_USERINFO.sub(f"://{_MASK}@", url)
+        return re.sub(_URL_USERINFO, f"://{_MASK}@", url)
     userinfo, at, hostport = parts.netloc.rpartition("@")
     if at:
         user, colon, _ = userinfo.partition(":")
-        shown = user if _PLAIN_USER.fullmatch(user) else _MASK
+        shown = user if re.fullmatch(_PLAIN_USER, user) else _MASK
         netloc = f"{shown}{':' + _MASK if colon else ''}@{hostport}"
         parts = parts._replace(netloc=netloc)
     parts = parts._replace(query=_masked_pairs(parts.query), fragment=_masked_pairs(parts.fragment))
@@ -41,7 +43,7 @@ def masked_url(url: str) -> str:
 
 def mask_urls(text: str) -> str:
     """`text` (git's stderr, an error message) with every URL in it masked as `masked_url`."""
-    return _URL_IN_TEXT.sub(lambda match: masked_url(match.group()), text)
+    return re.sub(_URL_IN_TEXT, lambda match: masked_url(match.group()), text)
 
 
 def _masked_pairs(query: str) -> str:
