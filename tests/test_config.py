@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from skilld.config import (
     ConfigError,
@@ -136,6 +139,29 @@ def test_broken_toml_exits_2(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "not valid TOML" in result.stderr
+
+
+#: What a duration is, as a regular expression: `parse_duration` reads it without one.
+DURATION = r"(\d+(?:\.\d+)?)\s*(s|m|h|d|w)"
+
+
+@given(
+    st.from_regex(DURATION, fullmatch=True)
+    | st.text(alphabet=st.sampled_from("0123456789.٣ \tsmhdwxSH-+e_"), max_size=8)
+)
+@example("1.h")
+@example(".5h")
+@example("1.5.2h")
+@example("1e3s")
+def test_a_duration_is_what_its_pattern_says(text: str) -> None:
+    cleaned = text.strip().lower()
+    match = re.fullmatch(DURATION, cleaned)
+    if match is None:
+        with pytest.raises(ValueError):
+            parse_duration(text)
+        return
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    assert parse_duration(text) == float(match.group(1)) * units[match.group(2)]
 
 
 def test_durations_and_backfill_cutoff() -> None:
