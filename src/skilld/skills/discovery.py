@@ -98,11 +98,16 @@ class _Child(Protocol):
     def is_symlink(self) -> bool: ...
 
 
-class _NamedChild(NamedTuple):
+# Plain classes for two records only discovery builds and nobody compares or unpacks: a named
+# tuple costs a one-shot command a tenth of a millisecond to define.
+class _NamedChild:
     """A directory entry looked up by name instead of listed."""
 
-    name: str
-    path: str
+    __slots__ = ("name", "path")
+
+    def __init__(self, name: str, path: str) -> None:
+        self.name = name
+        self.path = path
 
     def is_dir(self) -> bool:
         return os.path.isdir(self.path)
@@ -137,9 +142,15 @@ class _Spot(NamedTuple):
         return target != self.real_root and self.real_root not in target.parents
 
 
-class _Read(NamedTuple):
-    data: bytes
-    identity: tuple[int, int, int, int] | None  # set when the file may be remembered
+class _Read:
+    """A skill file's bytes, as `_read` read them."""
+
+    __slots__ = ("data", "identity")
+
+    def __init__(self, data: bytes, identity: tuple[int, int, int, int] | None) -> None:
+        self.data = data
+        #: Set when the file may be remembered.
+        self.identity = identity
 
 
 def identity(st: os.stat_result) -> tuple[int, int, int, int]:
