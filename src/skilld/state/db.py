@@ -243,7 +243,7 @@ class Database:
         self.conn.row_factory = sqlite3.Row
         self._depth = 0
         try:
-            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_SECONDS * 1000}")
+            # `timeout` above is SQLite's busy timeout already: no PRAGMA busy_timeout.
             self._use_wal()
             self.conn.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
