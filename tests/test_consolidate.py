@@ -28,7 +28,7 @@ from skilld.curator.schedule import curate
 from skilld.evolve.wiring import llm_settings
 from skilld.llm import LLMClient
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import Origin
+from skilld.skills.outcomes import Origin
 from skilld.state import StateDB
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, Reply, completion

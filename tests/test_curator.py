@@ -26,7 +26,8 @@ from skilld.daemon import Daemon
 from skilld.digest import sha256_hex
 from skilld.routing import resolve
 from skilld.skills.document import SkillDoc, parse_skill, render_skill
-from skilld.skills.library import Library, Origin
+from skilld.skills.library import Library
+from skilld.skills.outcomes import Origin
 from skilld.skills.usage import UsageStore, format_timestamp, new_record
 from skilld.state import StateDB
 from tests.conftest import Workspace

@@ -16,7 +16,7 @@ from typing import Any
 from skilld.app import open_app
 from skilld.config import load_config
 from skilld.mcp_tools import SkillTools
-from skilld.reports import effect_week
+from skilld.reports.effect import effect_week
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
 from tests.test_failures_tick import PUSH_SIGNATURE, call, checkout

@@ -15,7 +15,7 @@ from skilld.config import build_config
 from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import bind_sources
 from skilld.llm import LLMClient, LLMSettings
-from skilld.skills.library import Origin
+from skilld.skills.outcomes import Origin
 from tests.conftest import conversation
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
 

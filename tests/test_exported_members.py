@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "skilld"
-PACKAGES = ("commands", "curator", "effect", "evolve", "skills", "sync", "transcripts")
+PACKAGES = ("commands", "curator", "effect", "evolve", "reports", "skills", "sync", "transcripts")
 
 
 def imports_across_packages(files: dict[Path, str]) -> list[tuple[str, str, str, str]]:

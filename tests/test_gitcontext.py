@@ -21,7 +21,7 @@ import pytest
 from skilld.evolve._judge import branch_hold
 from skilld.evolve.prompt import session_header
 from skilld.gitinfo import GitContext, completed
-from skilld.reports import learned_on, learned_on_text
+from skilld.reports.listing import learned_on, learned_on_text
 from skilld.state import SCHEMA_VERSION, StateDB
 from skilld.sync.messages import change_message, trailers
 from skilld.transcripts.registry import build_source

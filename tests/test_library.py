@@ -15,7 +15,8 @@ from skilld.digest import sha256_hex
 from skilld.errors import CapReached, LibraryError, NotFound, Protected
 from skilld.fsutil import STRAY_TEMP_SECONDS, TEMP_MARKER, atomic_write
 from skilld.skills.document import SkillDoc, parse_skill
-from skilld.skills.library import Library, Origin, Refused, WriteFailed
+from skilld.skills.library import Library
+from skilld.skills.outcomes import Origin, Refused, WriteFailed
 from tests.conftest import open_library
 
 ME = Origin(source="cli")
@@ -418,7 +419,7 @@ def test_concurrent_writers_never_make_a_skill_look_human(tmp_path: Path) -> Non
         "import sys; from pathlib import Path;"
         "from tests.conftest import open_library;"
         "from skilld.skills.document import SkillDoc;"
-        "from skilld.skills.library import Origin;"
+        "from skilld.skills.outcomes import Origin;"
         "lib = open_library(Path(sys.argv[1]), Path(sys.argv[2]));"
         "[lib.apply(SkillDoc(name='contended', description='Does it.', when_to_use='When needed.',"
         " body=f'1. Writer {sys.argv[3]} pass {i}.\\n'), Origin(source='cli'))"

@@ -500,7 +500,7 @@ def test_every_write_into_a_project_library_looks_again(tmp_path: Path) -> None:
     from skilld.app import open_app
     from skilld.errors import LibraryError
     from skilld.skills.document import SkillDoc
-    from skilld.skills.library import Origin, WriteFailed, Written
+    from skilld.skills.outcomes import Origin, WriteFailed, Written
 
     config = build_config(
         {

@@ -59,18 +59,19 @@ HOOK_MODULES = {
     "skilld.skills.usage",
 }
 #: All of skilld `skills list --json` loads: the app (config, routing, the state and the library
-#: with what a listing reads through: discovery, ownership, the outcomes its callers record, the
-#: writer lock) and the report. History, the team's work tree and the evolve code load on use.
+#: with what a listing reads through: discovery, ownership, the writer lock) and the listing
+#: report. What a write comes to (`outcomes`), history, the team's work tree, the other reports
+#: and the evolve code load on use.
 LIST_MODULES = (HOOK_MODULES - {"skilld.commands.usage"}) | {
     "skilld.app",
     "skilld.commands.skills",
     "skilld.digest",
     "skilld.reports",
+    "skilld.reports.listing",
     "skilld.skills.discovery",
     "skilld.skills.document",
     "skilld.skills.library",
     "skilld.skills.lock",
-    "skilld.skills.outcomes",
     "skilld.skills.ownership",
     # What in a skill's text would act (shell triggers, control characters): `document` uses it.
     "skilld.skills.triggers",
@@ -86,8 +87,9 @@ LIST_MODULES = (HOOK_MODULES - {"skilld.commands.usage"}) | {
 }
 #: `status --json`: what a listing loads, the backlog (its gates and windows only when a
 #: session holds messages), the review queue and the team sync status (with URLs masked).
-STATUS_MODULES = (LIST_MODULES - {"skilld.commands.skills"}) | {
+STATUS_MODULES = (LIST_MODULES - {"skilld.commands.skills", "skilld.reports.listing"}) | {
     "skilld.commands.daemon",
+    "skilld.reports.status",
     "skilld.evolve",
     "skilld.evolve.backlog",
     "skilld.evolve.review",
@@ -98,12 +100,25 @@ STATUS_MODULES = (LIST_MODULES - {"skilld.commands.skills"}) | {
 PINNED = {"usage": HOOK_MODULES, "skills": LIST_MODULES, "status": STATUS_MODULES}
 
 
+#: Runs a command and writes what it imported and what it compiled: the first `compile()` in a
+#: process builds Python's AST types, a millisecond (a NamedTuple with string annotations, as
+#: under `from __future__ import annotations`, compiles each one: typing's ForwardRef). The
+#: import system's own compiling of a module whose bytecode is not cached yet does not count:
+#: an install has it cached.
 PROBE = """
-import json, sys
+import builtins, json, sys
+compiled = []
+compile_ = builtins.compile
+def counted(source, *args, **kwargs):
+    caller = sys._getframe(1).f_globals.get("__name__")
+    if not str(caller).startswith("importlib._bootstrap"):
+        compiled.append(f"{caller}: {str(source)[:60]}")
+    return compile_(source, *args, **kwargs)
+builtins.compile = counted
 from skilld.cli import main
 code = main(sys.argv[2:])
 with open(sys.argv[1], "w") as out:
-    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
+    json.dump({"code": code, "modules": sorted(sys.modules), "compiled": compiled}, out)
 """
 
 
@@ -134,6 +149,7 @@ def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: l
     command_modules = {m for m in loaded["modules"] if m.startswith("skilld.commands.")}
     assert command_modules == {"skilld.commands.common", f"skilld.commands.{GROUPS[command[0]]}"}
     assert {m for m in loaded["modules"] if m.startswith("skilld")} == PINNED[command[0]]
+    assert loaded["compiled"] == []
 
 
 #: All of skilld `skilld mcp` loads before it answers `initialize` and `tools/list`: the config,

@@ -27,7 +27,7 @@ from skilld.errors import ConfigError, SkilldError
 from skilld.evolve.report import DAILY_SPEND_KEY, add_daily_spend
 from skilld.evolve.review import ReviewQueue
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import Origin
+from skilld.skills.outcomes import Origin
 from skilld.state import StateDB
 from skilld.web.login import panel_token
 from skilld.web.panel import guarded_app

@@ -19,7 +19,7 @@ import pytest
 
 from skilld.evolve.review import ReviewQueue
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import Origin
+from skilld.skills.outcomes import Origin
 from skilld.state import StateDB
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, skill_reply

@@ -22,9 +22,10 @@ from skilld.config import Config
 from skilld.errors import SkilldError
 from skilld.mcp_server import Refused
 from skilld.redact import merge_counts, redact
-from skilld.reports import tool_skill_rows
+from skilld.reports.listing import tool_skill_rows
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import Library, Origin, Written
+from skilld.skills.library import Library
+from skilld.skills.outcomes import Origin, Written
 
 TOOL = Origin(source="tool")
 

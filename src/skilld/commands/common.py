@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from skilld.errors import Failure, UsageError
 
 if TYPE_CHECKING:
-    from skilld.skills.library import Origin
+    from skilld.skills.outcomes import Origin
 
 __all__ = [
     "CommandTable",
@@ -28,7 +28,7 @@ __all__ = [
 
 def cli_origin() -> Origin:
     """Changes made from the command line are attributed to "cli" in the event log."""
-    from skilld.skills.library import Origin
+    from skilld.skills.outcomes import Origin
 
     return Origin(source="cli")
 

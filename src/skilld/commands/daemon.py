@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from skilld.commands.common import CommandTable, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError
-from skilld.reports import outcome_counts_text, review_items, status_problems, status_report
+from skilld.reports.status import outcome_counts_text, review_items, status_problems, status_report
 
 if TYPE_CHECKING:
     from skilld.app import App

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def cmd_effect(app: App, args: argparse.Namespace) -> int:
     from skilld.effect.report import pooled
-    from skilld.reports import effect_records, effect_rows
+    from skilld.reports.effect import effect_records, effect_rows
 
     if args.json:
         print_json_line(effect_rows(app, args.library))

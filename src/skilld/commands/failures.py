@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def cmd_failures(app: App, args: argparse.Namespace) -> int:
-    from skilld.reports import failure_report
+    from skilld.reports.effect import failure_report
 
     rows = failure_report(
         app, since=args.since, repository=args.repository, recurring=args.recurring

@@ -22,7 +22,7 @@ from skilld.commands.common import (
     terminal_text,
 )
 from skilld.errors import Failure
-from skilld.reports import event_rows, learned_on_text, skill_report, skill_rows
+from skilld.reports.listing import learned_on_text, skill_rows
 
 if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` needs none
     from skilld.app import App
@@ -57,6 +57,8 @@ def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_skills_show(app: App, args: argparse.Namespace) -> int:
+    from skilld.reports.skill import skill_report
+
     report = skill_report(app, args.name, args.library)
     if args.json:
         print_json_line(report)
@@ -189,6 +191,8 @@ def cmd_skills_rollback(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_events(app: App, args: argparse.Namespace) -> int:
+    from skilld.reports.events import event_rows
+
     events = event_rows(
         app,
         kinds=tuple(args.kind or ()),

@@ -36,8 +36,9 @@ from skilld.evolve.window import delimit
 from skilld.llm import LLMClient, LLMError
 from skilld.redact import merge_counts, redact
 from skilld.skills.document import LISTING_BUDGETS, SkillDoc
-from skilld.skills.library import Library, Unchanged, Written
+from skilld.skills.library import Library
 from skilld.skills.names import InvalidName, validate_name
+from skilld.skills.outcomes import Unchanged, Written
 from skilld.skills.usage import COUNT_FIELDS, Record, count_of, report_row
 
 PROMPT_VERSION: Final = "2026-11-30.curator.1"

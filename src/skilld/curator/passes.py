@@ -22,7 +22,8 @@ from skilld.curator._lifecycle import LiveSkill, Thresholds, Transition, plan_pa
 from skilld.errors import LibraryError, Protected
 from skilld.routing import DEFAULT_LIBRARY
 from skilld.skills.document import SkillParseError, parse_skill
-from skilld.skills.library import Library, Origin, SkillEntry, Unchanged, Written
+from skilld.skills.library import Library, SkillEntry
+from skilld.skills.outcomes import Origin, Unchanged, Written
 from skilld.skills.usage import Record, format_timestamp, new_record, parse_timestamp
 
 CURATOR = Origin(source="curator")

@@ -5,15 +5,20 @@ so is a project skill for a project skilld may not write into. Approving writes 
 library, under the same ownership rules as any other write.
 """
 
+# Annotations are not postponed here: a NamedTuple's string annotations are compiled (typing's
+# ForwardRef), and the first `compile()` in a process builds Python's AST types, a millisecond
+# of a one-shot command's start (tests/test_startup.py checks that none compiles).
 import json
 import os
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from skilld.fsutil import PRIVATE_FILE_MODE, atomic_write, check_component, private_dir
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import Origin
 from skilld.state import utc_now_iso
+
+if TYPE_CHECKING:
+    from skilld.skills.outcomes import Origin
 
 
 class Staged(NamedTuple):
@@ -48,7 +53,7 @@ class ReviewQueue:
     def stage(
         self,
         doc: SkillDoc,
-        origin: Origin,
+        origin: "Origin",
         *,
         library: str,
         storage_key: str,

@@ -46,15 +46,8 @@ from skilld.projects import (
 )
 from skilld.routing import project_root, resolved_home
 from skilld.skills.document import SkillDoc
-from skilld.skills.library import (
-    Library,
-    Origin,
-    Refused,
-    SkillEntry,
-    Unchanged,
-    WriteFailed,
-    Written,
-)
+from skilld.skills.library import Library, SkillEntry
+from skilld.skills.outcomes import Origin, Refused, Unchanged, WriteFailed, Written
 from skilld.state import KeptProposal
 
 #: Merge a proposal into a skill's current text: (current, proposed, the kept proposal, the

@@ -22,6 +22,8 @@ Writers of one library (the daemon, the CLI, the MCP server) take the library's 
 reading, writing and recording a file, so one never sees another's half-recorded write.
 """
 
+from __future__ import annotations
+
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -62,17 +64,6 @@ from skilld.skills.document import (
 from skilld.skills.layout import ARCHIVE_DIR, MAX_CATEGORY_DEPTH, SKILL_FILE
 from skilld.skills.lock import WriterLock
 from skilld.skills.names import InvalidName, form_of, is_safe_path_component, validate_name
-from skilld.skills.outcomes import (
-    Deleted,
-    Origin,
-    Refused,
-    Unchanged,
-    WriteFailed,
-    WriteOutcome,
-    Written,
-    record_outcome,
-    refused_or_written,
-)
 from skilld.skills.ownership import (
     BUNDLED_MANIFEST,
     HUB_LOCK,
@@ -85,6 +76,7 @@ from skilld.skills.usage import Record, UsageStore, new_record
 
 if TYPE_CHECKING:
     from skilld.skills.history import HistoryVersion, VersionHistory
+    from skilld.skills.outcomes import Deleted, Origin, Unchanged, WriteOutcome, Written
     from skilld.skills.team_tree import SharedManifest, TeamTree, WrittenFile
     from skilld.state import Provenance, StateDB
 
@@ -93,18 +85,11 @@ __all__ = [
     "EXTRA_RANK",
     "HUB_LOCK",
     "USER_RANK",
-    "Deleted",
     "FileFacts",
     "Layout",
     "Library",
-    "Origin",
     "Owner",
-    "Refused",
     "SkillEntry",
-    "Unchanged",
-    "WriteFailed",
-    "WriteOutcome",
-    "Written",
 ]
 
 
@@ -112,12 +97,12 @@ class Library:
     def __init__(
         self,
         spec: LibrarySpec,
-        state: "StateDB",
+        state: StateDB,
         usage: UsageStore,
         *,
         history_dir: Path,
         locks_dir: Path,
-        team: "TeamTree | None" = None,
+        team: TeamTree | None = None,
         clock: Callable[[], float] = time.time,
         file_facts: FileFacts | None = None,
     ) -> None:
@@ -169,7 +154,7 @@ class Library:
         *,
         include_extra: bool = True,
         parse: bool = True,
-        provenance: "Mapping[str, Provenance] | None" = None,
+        provenance: Mapping[str, Provenance] | None = None,
     ) -> list[SkillEntry]:
         """Every skill, one per name (lowest rank wins), sorted by name.
 
@@ -227,7 +212,7 @@ class Library:
         include_extra: bool,
         parse: bool,
         only: str | None,
-        provenance: "Mapping[str, Provenance] | None" = None,
+        provenance: Mapping[str, Provenance] | None = None,
     ) -> list[SkillEntry]:
         bundled, hub = self._bundled_names(), self._hub_names()
         team = self._team_manifest()
@@ -243,14 +228,14 @@ class Library:
             owner_of, include_extra=include_extra, parse=parse, only=only
         )
 
-    def team_seed(self) -> "dict[str, WrittenFile]":
+    def team_seed(self) -> dict[str, WrittenFile]:
         """What this host's provenance vouches for, to start a team's manifest (`team_seed`)."""
         from skilld.skills.team_tree import team_seed
 
         assert self.team is not None
         return team_seed(self.team, self.state.all_provenance(self.name))
 
-    def _team_manifest(self) -> "SharedManifest | None":
+    def _team_manifest(self) -> SharedManifest | None:
         return self.team.readable_manifest() if self.team is not None else None
 
     @contextlib.contextmanager
@@ -339,6 +324,8 @@ class Library:
         log (see `commit`). `activity=False` keeps a rewrite from counting as a patch (the
         curator's own bookkeeping). `records`: the usage sidecar as the caller read it (see
         `usage_record`)."""
+        from skilld.skills.outcomes import Refused, WriteFailed
+
         try:
             name = self.check_name(doc.name)
         except LibraryError as exc:
@@ -388,6 +375,8 @@ class Library:
     def _unchanged_or_recovered(self, existing: SkillEntry, origin: Origin) -> WriteOutcome:
         """The same text is there already. If this very origin wrote it (a crash came between
         its write and the commit of its event) it is that write, recovered."""
+        from skilld.skills.outcomes import Unchanged, Written
+
         record = self.state.provenance(self.name, existing.name)
         ours = (
             record is not None
@@ -415,6 +404,8 @@ class Library:
         *,
         activity: bool,
     ) -> Written:
+        from skilld.skills.outcomes import Written
+
         name = doc.name
         if existing is None:
             path = self._new_path(name)
@@ -489,11 +480,15 @@ class Library:
     ) -> None:
         """Record `outcome` in the event log (and, for a write, settle its provenance), in one
         transaction joining the caller's (`record_outcome`)."""
+        from skilld.skills.outcomes import record_outcome
+
         record_outcome(self.state, self.name, outcome, origin, reason=reason, detail=detail)
 
     def apply(self, doc: SkillDoc, origin: Origin, *, force: bool = False) -> Written | Unchanged:
         """Write and commit at once (a person's or an agent's tool's write). Raises
         LibraryError (Protected, CapReached) for a refusal and OSError for a failed write."""
+        from skilld.skills.outcomes import refused_or_written
+
         outcome = self.write(doc, origin, force=force)
         self.commit(outcome, origin)
         return refused_or_written(outcome)
@@ -541,6 +536,8 @@ class Library:
     def delete(self, name: str, origin: Origin, *, force: bool = False) -> Deleted:
         """Remove the skill file skilld wrote (kept in history). Files a person added beside
         it (`scripts/`, `references/`) stay where they are, and so does their folder."""
+        from skilld.skills.outcomes import Deleted
+
         with self.locked():
             entry = self._entry_for_change(name)
             self._require_changeable(entry, origin, force=force)
@@ -695,7 +692,7 @@ class Library:
     # -- history (skills/history.py) ---------------------------------------------------------
 
     @property
-    def versions(self) -> "VersionHistory":
+    def versions(self) -> VersionHistory:
         """The saved versions (loaded on first use: a listing never needs them)."""
         if self._versions is None:
             from skilld.skills.history import VersionHistory
@@ -706,7 +703,7 @@ class Library:
             )  # fmt: skip
         return self._versions
 
-    def history(self, name: str) -> "list[HistoryVersion]":
+    def history(self, name: str) -> list[HistoryVersion]:
         """Saved versions of `name`, oldest first (`VersionHistory.versions`)."""
         return self.versions.versions(self.check_name(name))
 
@@ -728,6 +725,8 @@ class Library:
         version comes back byte for byte, except that a load-time shell trigger in it is broken
         (`neutralise_file`): no rollback brings back a skill that runs something as it loads.
         """
+        from skilld.skills.outcomes import Written
+
         with self.locked():
             name = self.check_name(name)
             entry = self.entry(name)

@@ -12,7 +12,8 @@ from skilld.skills.document import neutralise_file
 from skilld.skills.usage import Record
 
 if TYPE_CHECKING:
-    from skilld.skills.library import Library, Origin
+    from skilld.skills.library import Library
+    from skilld.skills.outcomes import Origin
 
 
 def break_shell_triggers(library: "Library", origin: "Origin") -> list[str]:

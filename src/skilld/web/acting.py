@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from skilld import actions
 from skilld.errors import UsageError
-from skilld.skills.library import Origin
+from skilld.skills.outcomes import Origin
 from skilld.web.present import safe_back
 
 if TYPE_CHECKING:

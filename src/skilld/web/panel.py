@@ -28,11 +28,32 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from skilld import actions, reports, versions
+from skilld import actions, versions
 from skilld.app import App, open_app
 from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
 from skilld.fsutil import read_tree_file
+from skilld.reports.curator import curator_report
+from skilld.reports.effect import effect_records, effect_rows, effect_week, failure_report
+from skilld.reports.events import count_option, event_page
+from skilld.reports.listing import (
+    ListedSkill,
+    learned_on,
+    learned_on_text,
+    listed_skills,
+    skill_row,
+    skill_rows,
+)
+from skilld.reports.skill import skill_effect, skill_report
+from skilld.reports.status import (
+    daemon_stale,
+    llm_daily,
+    outcome_counts_text,
+    review_items,
+    status_problems,
+    status_report,
+)
+from skilld.reports.week import one_line, week_report
 from skilld.skills.layout import SKILL_FILE
 from skilld.skills.library import FileFacts, Library
 from skilld.state import EVENT_KINDS
@@ -105,8 +126,8 @@ class Panel:
         )
         self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD, nav=NAV)
         self.templates.filters.update(
-            learned_on=reports.learned_on_text,
-            outcome_counts=reports.outcome_counts_text,
+            learned_on=learned_on_text,
+            outcome_counts=outcome_counts_text,
             count=human_count,
             calls=calls_text,
             ago=time_tag,
@@ -172,19 +193,19 @@ class Panel:
         def build(app: App) -> dict[str, Any]:
             # The listing first: it fills the file facts the cap's count then reads.
             counts: dict[str, dict[str, int]] = {}
-            for skill in (s for lib in app.all_libraries() for s in reports.listed_skills(lib)):
+            for skill in (s for lib in app.all_libraries() for s in listed_skills(lib)):
                 count = counts.setdefault(skill.library, {})
                 for key in (skill.owner, skill.state, "pinned" if skill.pinned else ""):
                     if key:
                         count[key] = count.get(key, 0) + 1
-            status = reports.status_report(app)
-            daily = reports.llm_daily(app)
+            status = status_report(app)
+            daily = llm_daily(app)
             return {
                 "status": status,
-                "problems": reports.status_problems(status),
-                "recent": reports.week_report(app),
+                "problems": status_problems(status),
+                "recent": week_report(app),
                 "counts": counts,
-                "stale": reports.daemon_stale(status),
+                "stale": daemon_stale(status),
                 "daily": daily,
                 "calls_chart": bar_chart(
                     [(d["day"], d["calls"]) for d in daily], title="LLM calls per day"
@@ -194,7 +215,7 @@ class Panel:
                     title="LLM tokens per day",
                 ),
                 "kept": app.state.kept_proposals(),
-                "week": reports.effect_week(app),
+                "week": effect_week(app),
                 "watched": watched_folders(app),
             }
 
@@ -218,7 +239,7 @@ class Panel:
             skills = [
                 skill
                 for lib in chosen
-                for skill in reports.listed_skills(lib)
+                for skill in listed_skills(lib)
                 if (owner is None or skill.owner == owner)
                 and (state is None or skill.state == state or (state == "pinned" and skill.pinned))
                 and (
@@ -231,7 +252,7 @@ class Panel:
                 skills = [
                     skill
                     for skill in skills
-                    if reports.learned_on(reports.skill_row(skill)["git"], repository, branch)
+                    if learned_on(skill_row(skill)["git"], repository, branch)
                 ]
             pages = max(1, -(-len(skills) // PAGE_SIZE))
             start = (min(page, pages) - 1) * PAGE_SIZE
@@ -245,14 +266,12 @@ class Panel:
             shown_names = [(row["library"], row["name"]) for row in shown]
             verdicts = {
                 (record.library, record.name): record.outcome.verdict
-                for record in reports.effect_records(
-                    app, [lib.name for lib in chosen], names=shown_names
-                )
+                for record in effect_records(app, [lib.name for lib in chosen], names=shown_names)
             }
             library_of = {lib.name: lib for lib in chosen}
             for row in shown:
                 row["verdict"] = verdicts.get((row["library"], row["name"]))
-                row["description"] = reports.one_line(
+                row["description"] = one_line(
                     self.description(library_of[row["library"]], row["path"], row["broken"])
                 )
             return {"rows": shown, "total": len(skills), "pages": pages, "libraries": libraries}
@@ -307,11 +326,11 @@ class Panel:
                 file = archived / SKILL_FILE if archived.is_dir() else archived
                 report = {"name": name, "library": library.name, "owner": "archived"}
                 text = _archived_text(library, file)
-                effect = reports.effect(app, library, name, record=record)
+                effect = skill_effect(app, library, name, record=record)
             else:
                 if entry.error:
                     raise LibraryError(f"{entry.name} is broken: {entry.error}")
-                report = reports.skill_report(app, name, library.name, record=record)
+                report = skill_report(app, name, library.name, record=record)
                 text, effect = report["text"], report["effect"]
 
             saved = versions.snapshots_by_digest(library, name)
@@ -372,7 +391,7 @@ class Panel:
             from skilld.skills.document import SkillDoc, render_skill
 
             items = []
-            for item in reports.review_items(app):
+            for item in review_items(app):
                 target = actions.staged_library(app, item["library"], item["project_root"])
                 doc = SkillDoc(
                     name=item["name"],
@@ -413,7 +432,7 @@ class Panel:
         before = _int(query.get("before"), 0) or None
 
         def build(app: App) -> tuple[list[dict[str, Any]], int | None, dict[str, str]]:
-            events, older = reports.event_page(app, **filters, before=before, size=PAGE_SIZE)
+            events, older = event_page(app, **filters, before=before, size=PAGE_SIZE)
             return events, older, library_roots(app)
 
         try:
@@ -469,7 +488,7 @@ class Panel:
     async def curator(self, request: Request) -> Response:
         def build(app: App) -> dict[str, Any]:
             return {
-                "report": reports.curator_report(app),
+                "report": curator_report(app),
                 "preview": acting.curate_now(app, dry_run=True),
                 "consolidate": app.config.curator.consolidate,
             }
@@ -566,15 +585,15 @@ class Panel:
     # -- the JSON API ------------------------------------------------------------------------
 
     async def api_status(self, request: Request) -> Response:
-        return JSON(await self.with_app(reports.status_report))
+        return JSON(await self.with_app(status_report))
 
     async def api_skills(self, request: Request) -> Response:
         """`skills list --json`, or the page of it `offset` and `limit` give (default: all)."""
         query = request.query_params
         try:
-            offset = reports.count_option(query.get("offset"), "offset") or 0
-            limit = reports.count_option(query.get("limit"), "limit")
-            rows = await self.with_app(lambda app: reports.skill_rows(app, query.get("library")))
+            offset = count_option(query.get("offset"), "offset") or 0
+            limit = count_option(query.get("limit"), "limit")
+            rows = await self.with_app(lambda app: skill_rows(app, query.get("library")))
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
         return JSON(rows[offset : None if limit is None else offset + limit])
@@ -582,7 +601,7 @@ class Panel:
     async def api_skill(self, request: Request) -> Response:
         library, name = request.path_params["library"], request.path_params["name"]
         try:
-            return JSON(await self.with_app(lambda app: reports.skill_report(app, name, library)))
+            return JSON(await self.with_app(lambda app: skill_report(app, name, library)))
         except SkilldError as exc:
             return JSON({"error": str(exc)}, 404)
 
@@ -594,10 +613,10 @@ class Panel:
         query = request.query_params
         filters.pop("session")  # the page's filter: `events --json` has none
         try:
-            limit = reports.count_option(query.get("limit"), "limit")
-            before = reports.count_option(query.get("before"), "before")
+            limit = count_option(query.get("limit"), "limit")
+            before = count_option(query.get("before"), "before")
             events, _ = await self.with_app(
-                lambda app: reports.event_page(
+                lambda app: event_page(
                     app, **filters, before=before, size=API_EVENTS if limit is None else limit
                 )
             )
@@ -609,7 +628,7 @@ class Panel:
         return JSON({"error": f"no API path {request.url.path}"}, 404)
 
     async def api_review(self, request: Request) -> Response:
-        return JSON(await self.with_app(reports.review_items))
+        return JSON(await self.with_app(review_items))
 
     async def api_failures(self, request: Request) -> Response:
         query = request.query_params
@@ -617,9 +636,7 @@ class Panel:
         recurring = query.get("recurring", "") not in ("", "0", "false")
 
         def build(app: App) -> list[dict[str, Any]]:
-            return reports.failure_report(
-                app, since=since, repository=repository, recurring=recurring
-            )
+            return failure_report(app, since=since, repository=repository, recurring=recurring)
 
         try:
             return JSON(await self.with_app(build))
@@ -629,7 +646,7 @@ class Panel:
     async def api_effect(self, request: Request) -> Response:
         library = request.query_params.get("library")
         try:
-            return JSON(await self.with_app(lambda app: reports.effect_rows(app, library)))
+            return JSON(await self.with_app(lambda app: effect_rows(app, library)))
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
 
@@ -657,9 +674,9 @@ def sort_rows(rows: list[dict[str, Any]], sort: str, descending: bool) -> list[d
     return present + [row for row in by_name if row.get(key) is None]
 
 
-def table_row(skill: reports.ListedSkill) -> dict[str, Any]:
+def table_row(skill: ListedSkill) -> dict[str, Any]:
     """A row of the skills table: `skills list --json`'s, with the day it was created."""
-    return {**reports.skill_row(skill), "created_at": skill.record.get("created_at")}
+    return {**skill_row(skill), "created_at": skill.record.get("created_at")}
 
 
 def library_roots(app: App) -> dict[str, str]:

@@ -1,0 +1,133 @@
+"""What the transcripts say of the skills (DESIGN.md §13): each learned skill's effect
+(`skilld effect`), the week's learning on the overview, and the failures (`skilld failures`)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from skilld.reports.events import since_timestamp
+
+if TYPE_CHECKING:
+    from skilld.app import App
+    from skilld.effect.report import Kept, SkillEffect
+
+
+def effect_records(
+    app: App,
+    libraries: list[str] | None = None,
+    *,
+    names: list[tuple[str, str]] | None = None,
+    with_recurrences: bool = False,
+) -> list[SkillEffect]:
+    """Each learned skill's effect (`skilld effect`), in `libraries` or in every library."""
+    from skilld.effect.report import effect_records as records_of
+
+    if libraries is None:
+        libraries = [library.name for library in app.all_libraries()]
+    return records_of(
+        app.state.conn,
+        libraries,
+        min_exposures=app.config.effect.min_exposures,
+        names=names,
+        with_recurrences=with_recurrences,
+    )
+
+
+def effect_rows(app: App, library: str | None = None) -> list[dict[str, Any]]:
+    """`skilld effect --json` and `/api/effect`: one row per learned skill of `library`
+    (`--library`), or of every library."""
+    if library is not None:
+        chosen = [app.select(library).name]
+    else:
+        chosen = [each.name for each in app.all_libraries()]
+    return _measured(app, chosen).rows
+
+
+def _measured(app: App, libraries: list[str], *, windowed: bool = False) -> Kept:
+    """Each learned skill's row and last exposure (`effect.report.Kept`): the daemon's last
+    measurement while it holds, else measured now (with `windowed`, only the skills learned
+    from a window: those with something to measure)."""
+    from skilld.effect.report import Kept, kept_measurement, windowed_skills
+
+    kept = kept_measurement(
+        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
+    )
+    if kept is not None:
+        return kept
+    names = windowed_skills(app.state.conn, libraries) if windowed else None
+    records = effect_records(app, libraries, names=names) if names != [] else []
+    return Kept([r.row() for r in records], [r.measured.last_exposure for r in records])
+
+
+def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
+    """Where a learned skill's failure came back (oldest first), each with the id of the
+    `failure_recurred` event that recorded it (None until the daemon has)."""
+    recorded = {
+        (event.session, event.detail.get("signature")): event.id
+        for event in app.state.events(
+            kinds=("failure_recurred",), skill=record.name, library=record.library
+        )
+    }
+    return [
+        {
+            "signature": r.signature,
+            "session": r.session,
+            "started": r.first_ts,
+            "loaded": r.loaded,
+            "event": recorded.get((r.session, r.signature)),
+        }
+        for r in record.recurrences
+    ]
+
+
+def effect_week(app: App, days: int = 7) -> dict[str, Any]:
+    """The overview's learning of the last `days` days: skills created and updated, failures
+    that stopped recurring (a skill's failure, seen before it, not again in the sessions
+    since), and recurring failures no skill covers that failed again."""
+    from skilld.effect.report import has_stopped, row_counts, uncovered_recurring
+    from skilld.effect.verdict import pool
+    from skilld.state import utc_now_iso
+
+    since = utc_now_iso(time.time() - days * 86400)
+    names = [lib.name for lib in app.all_libraries()]
+    # The week pools and lists only skills learned from a failure: from a window.
+    measured = _measured(app, names, windowed=True)
+    learned = app.state.count_kinds(("created", "updated"), since=since)
+    figure = pool(row_counts(row) for row in measured.rows)
+    return {
+        "since": since,
+        "created": learned["created"],
+        "updated": learned["updated"],
+        "stopped": [
+            row
+            for row, last in zip(measured.rows, measured.last_exposures, strict=True)
+            if has_stopped(row, last, since=since)
+        ],
+        "uncovered": uncovered_recurring(
+            app.state.conn,
+            names,
+            since=since,
+            covered={f["signature"] for row in measured.rows for f in row["source_failures"]},
+        ),
+        "before_per_100": figure.before_per_100,
+        "after_per_100": figure.after_per_100,
+    }
+
+
+def failure_report(
+    app: App, *, since: str | None = None, repository: str | None = None, recurring: bool = False
+) -> list[dict[str, Any]]:
+    """`skilld failures --json` and `/api/failures`: one entry per failure signature (DESIGN.md
+    §13). Raises UsageError for a bad `since`."""
+    from skilld.effect.report import covering_skills
+    from skilld.effect.store import failure_rows
+
+    conn = app.state.conn
+    return failure_rows(
+        conn,
+        since=since_timestamp(since),
+        repository=repository or None,
+        recurring=recurring,
+        covered=covering_skills(conn, None),
+    )
