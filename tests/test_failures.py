@@ -4,14 +4,29 @@ class and resolution. Sources read real files; `extract` is pure and tested on p
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from skilld.effect import store
 from skilld.effect.extract import Failure, extract
-from skilld.effect.signature import command_head, first_error_line, normalise_error, signature
+from skilld.effect.signature import (
+    PLAIN_PROGRAMS,
+    SHELLS,
+    WRAPPERS,
+    _parsed_head,
+    _part_head,
+    _parts,
+    _replace_name,
+    command_head,
+    first_error_line,
+    normalise_error,
+    signature,
+)
 from skilld.gitinfo import context
 from skilld.state import StateDB
 from skilld.transcripts.claude_code import ClaudeCodeSource
@@ -245,6 +260,37 @@ def test_jsonl_outcome_from_the_error_flag(tmp_path: Path) -> None:
 )
 def test_command_head(command: str, head: str) -> None:
     assert command_head("Bash", bash(command)) == head
+
+
+@given(st.text(alphabet=st.sampled_from("ab-=/. \t'\"\\<>$()`{}!~*"), max_size=24))
+def test_a_script_without_separators_is_one_part(script: str) -> None:
+    """What `_script_heads` takes whole, without the tokenizer: no `&`, `|`, `;` or line
+    break, and no here-document. The tokenizer finds the same head in it."""
+    heads = [head for head in map(_part_head, _parts(script)) if head is not None]
+    assert heads == [head for head in [_part_head(script)] if head is not None]
+
+
+@given(
+    st.text(alphabet=st.sampled_from("ab/-_ .x1é:"), max_size=24),
+    st.text(alphabet=st.sampled_from("ab/-_.x1é"), min_size=2, max_size=4),
+)
+def test_a_branch_is_replaced_where_its_pattern_finds_it(line: str, name: str) -> None:
+    pattern = rf"(?<![\w/-]){re.escape(name)}(?![\w/-])"
+    assert _replace_name(line, name, "<branch>") == re.sub(pattern, "<branch>", line)
+
+
+@given(
+    st.sampled_from(sorted(PLAIN_PROGRAMS | WRAPPERS | SHELLS | {"git", "cd", "python3"})),
+    st.text(alphabet=st.sampled_from("ab-=/. \t'\"\\<>$()x1c"), max_size=24),
+)
+@example("env", " FOO=1 cargo test")
+@example("timeout", " 60 pytest -q")
+@example("bash", " -c 'git push'")
+@example("sudo", " make install")
+def test_a_plain_program_is_its_own_head(program: str, rest: str) -> None:
+    """A part a plain program opens is taken as its head without parsing: what parsing finds."""
+    part = program + rest
+    assert _part_head(part) == _parsed_head(part)
 
 
 def test_a_chain_is_attributed_to_the_part_its_error_names() -> None:

@@ -85,7 +85,8 @@ _HOOK_WORD = re.compile(r"\bhooks?\b")
 #: Codex's unified exec: a command that outlives its call keeps running in a session that
 #: `write_stdin` polls.
 POLL_TOOL = "write_stdin"
-_RUNNING = re.compile(r"^Process running with session ID (\d+)", re.MULTILINE)
+_RUNNING_WORDS = "Process running with session ID "
+_RUNNING = re.compile(rf"^{_RUNNING_WORDS}(\d+)", re.MULTILINE)
 _POLLED_SESSION = re.compile(r'"session_id":\s*(\d+)')
 _TOOL_USE_ERROR = "<tool_use_error>"
 _CLAUDE_BANNER = re.compile(r"^(\[error\]\s*)?Exit code -?\d+", re.IGNORECASE)
@@ -165,18 +166,19 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         if message.role != "tool":
             continue
         called = calls.pop(message.tool_call_id, None) if message.tool_call_id else None
-        called = _polled_command(called, running)
+        if called is not None and called.name == POLL_TOOL:
+            called = _polled_command(called, running)
         named = message.tool_name if message.tool_name != POLL_TOOL else None
         tool = named or (called.name if called is not None else "tool")
         arguments = called.arguments if called is not None else ""
-        if called is not None and (process := _RUNNING.search(message.text[:400])):
+        if called is not None and (process := _still_running(message.text)):
             running[process.group(1)] = called  # still running: its outcome comes later
             continue
         seq = first_seq + offset
-        ts = utc_iso(message.timestamp)
+        ts = utc_iso(message.timestamp) if message.timestamp else None
         if message.failed is not True:
-            heads = call_heads(arguments) or (tool,)
-            runs += [ToolRun(seq, ts, tool, head, True) for head in heads]
+            for head in call_heads(arguments) or (tool,):
+                runs.append(ToolRun(seq, ts, tool, head, True))
             continue
         failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
         if failure.cls in COUNTED_CLASSES:  # a benign or red-test run sets off no cascade
@@ -186,10 +188,15 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
     return Extraction(runs, resolve(failures, runs))
 
 
-def _polled_command(called: ToolCall | None, running: dict[str, ToolCall]) -> ToolCall | None:
+def _still_running(text: str) -> re.Match[str] | None:
+    """Codex's word that the command is still running, with its session id."""
+    if text.find(_RUNNING_WORDS, 0, 400) == -1:  # most results: no pattern to run
+        return None
+    return _RUNNING.search(text[:400])
+
+
+def _polled_command(called: ToolCall, running: dict[str, ToolCall]) -> ToolCall:
     """The command a Codex `write_stdin` call polls (by its session id), else the call."""
-    if called is None or called.name != POLL_TOOL:
-        return called
     polled = _POLLED_SESSION.search(called.arguments)
     return running.get(polled.group(1), called) if polled else called
 

@@ -143,6 +143,8 @@ SETUP_PROGRAMS = frozenset(
      "printf", "sleep", "clear", "ulimit", "umask", "shopt", "alias"}
 )  # fmt: skip
 SHELLS = frozenset({"bash", "sh", "zsh", "dash", "fish", "ksh"})
+#: Plain programs that open a part as they are: its head, with no wrapper to look past.
+_PLAIN_FIRST = PLAIN_PROGRAMS - WRAPPERS - SHELLS - {"timeout"}
 PYTHONS = re.compile(r"^python(\d+(\.\d+)?)?$")
 #: Options of git that take a value (`git -C dir push`).
 GIT_VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
@@ -282,8 +284,10 @@ def script_heads(script: str) -> list[str]:
 @functools.lru_cache(maxsize=4096)
 def _script_heads(script: str) -> tuple[str, ...]:
     """`script_heads`, remembered: agents run the same commands over and over."""
-    if _PLAIN_SCRIPT.match(script):
-        parts: Iterable[str] = _SEPARATORS.split(script) if _CHAINED.search(script) else [script]
+    if not _CHAINED.search(script) and "<<" not in script:
+        parts: Iterable[str] = [script]  # one simple command, however it is quoted
+    elif _PLAIN_SCRIPT.match(script):
+        parts = _SEPARATORS.split(script)
     else:
         parts = _parts(script)
     heads: list[str] = []
@@ -307,11 +311,12 @@ def attribute(heads: list[str], error: str) -> str:
     text = error[:2000].lower()
     for head in heads:
         program = head.split(" ", 1)[0]
-        if re.search(rf"(^|\n){re.escape(program)}: ", text):
+        if text.startswith(f"{program}: ") or f"\n{program}: " in text:
             return head
     for head in heads:
         words = head.split(" ")
-        if len(words) > 1 and re.search(rf"\b{re.escape(words[1])}\b", text):
+        # The substring first: most heads' words are not in the text at all.
+        if len(words) > 1 and words[1] in text and re.search(rf"\b{re.escape(words[1])}\b", text):
             return head
     return heads[0]
 
@@ -350,7 +355,7 @@ def normalise_error(text: str, cwd: str | None, branch: str | None = None) -> st
     if cwd and len(cwd) > 1:
         line = line.replace(cwd.rstrip("/"), "<cwd>")
     if branch and len(branch) > 1 and branch in line:
-        line = re.sub(rf"(?<![\w/-]){re.escape(branch)}(?![\w/-])", "<branch>", line)
+        line = _replace_name(line, branch, "<branch>")
     if "://" in line:
         line = _URL.sub("<url>", line)
     has_digit = _DIGIT.search(line) is not None
@@ -366,6 +371,26 @@ def normalise_error(text: str, cwd: str | None, branch: str | None = None) -> st
     if has_digit:
         line = _NUMBER.sub("<n>", _HASH.sub("<hash>", line))
     return " ".join(line.split())[:MAX_ERROR_CHARS]
+
+
+def _replace_name(line: str, name: str, placeholder: str) -> str:
+    r"""`line` with each `name` that is not part of a longer name (no word character, `/` or
+    `-` on either side) replaced: what `(?<![\w/-])NAME(?![\w/-])` finds, without compiling a
+    pattern for every session's branch."""
+    pieces: list[str] = []
+    start = position = 0
+    while (found := line.find(name, position)) != -1:
+        end = found + len(name)
+        if not _name_char(line[found - 1 : found]) and not _name_char(line[end : end + 1]):
+            pieces += [line[start:found], placeholder]
+            start = position = end
+        else:
+            position = found + 1
+    return "".join(pieces) + line[start:] if pieces else line
+
+
+def _name_char(char: str) -> bool:
+    return char.isalnum() or char in ("_", "/", "-")
 
 
 def signature(tool: str, command: str, error: str) -> str:
@@ -406,6 +431,13 @@ def _parts(script: str) -> Iterator[str]:
 
 
 def _part_head(part: str) -> str | None:
+    first = part[:MAX_PART_CHARS].split(None, 1)
+    if first and first[0] in _PLAIN_FIRST:
+        return first[0]  # `cat x`, `sed -n '1,9p' y`: what `_parsed_head` finds, unparsed
+    return _parsed_head(part)
+
+
+def _parsed_head(part: str) -> str | None:
     words = _words(part)
     while words and (_ASSIGNMENT.match(words[0]) or words[0] in ("(", "{", "!")):
         words = words[1:]
