@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,7 +55,11 @@ def best_of(runs: int, action: Callable[[], object]) -> float:
 
 
 def make_config(
-    root: Path, sessions: Path, llm_url: str = "http://127.0.0.1:9/v1", **evolve: object
+    root: Path,
+    sessions: Path,
+    llm_url: str = "http://127.0.0.1:9/v1",
+    kind: str = "jsonl",
+    **evolve: object,
 ) -> Config:
     return build_config(
         {
@@ -63,7 +68,7 @@ def make_config(
             # No reflection unless a row asks: min_messages is out of reach, only reading counts.
             "evolve": {"backfill": "none", "min_messages": 10**9, **evolve},
             "llm": {"base_url": llm_url, "max_retries": 0},
-            "sources": [{"kind": "jsonl", "path": str(sessions)}],
+            "sources": [{"kind": kind, "path": str(sessions)}],
         },
         environ={},
     )
@@ -73,9 +78,14 @@ class Harness:
     """An Evolver over `sessions`, ticked synchronously."""
 
     def __init__(
-        self, root: Path, sessions: Path, llm_url: str = "http://127.0.0.1:9/v1", **evolve: object
+        self,
+        root: Path,
+        sessions: Path,
+        llm_url: str = "http://127.0.0.1:9/v1",
+        kind: str = "jsonl",
+        **evolve: object,
     ) -> None:
-        self.config = make_config(root, sessions, llm_url, **evolve)
+        self.config = make_config(root, sessions, llm_url, kind, **evolve)
         self._app_cm = open_app(self.config, prepare=True)
         self.app = self._app_cm.__enter__()
         self.llm = LLMClient(LLMSettings(base_url=llm_url, model="m", max_calls_per_hour=0))
@@ -224,11 +234,11 @@ server.serve_forever()
 """
 
 
-def failing_session(index: int, salt: str) -> str:
-    """A session of ten turns with a shell call each, output the size real results have (650
+def failing_calls(index: int, salt: str) -> list[tuple[str, str, bool]]:
+    """Ten shell calls (command, output, failed), outputs the size real results have (650
     characters on average in the Claude Code sessions the issue measured); every other session
     fails one `git push` and runs it again (one call in twenty fails, as there: 47 of 976)."""
-    lines: list[dict[str, object]] = []
+    calls = []
     for turn in range(10):
         command = (
             "git status",
@@ -239,6 +249,16 @@ def failing_session(index: int, salt: str) -> str:
         failed = command == "git push" and turn < 4 and index % 2 == 0
         output = f"fatal: The current branch b{index} has no upstream branch.\n" if failed else ""
         output += f"line of output /w/{salt}/src/module.py:42 hash 3f2a9c1d ok\n" * 12
+        calls.append((command, output, failed))
+    return calls
+
+
+def failing_session(index: int, salt: str, kind: str = "jsonl") -> str:
+    """`failing_calls` as a session of the source `kind` (jsonl or claude-code), a turn each."""
+    if kind == "claude-code":
+        return claude_code_session(index, salt)
+    lines: list[dict[str, object]] = []
+    for turn, (command, output, failed) in enumerate(failing_calls(index, salt)):
         arguments = json.dumps({"command": command})
         lines += [
             {"role": "user", "content": f"step {turn} of task {index}: " + "please " * 12},
@@ -259,12 +279,48 @@ def failing_session(index: int, salt: str) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
-def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, float]:
-    """The tick that first reads `count` sessions with failures (and, with `reflect`, sends each
-    window to a loopback LLM), recording failures (the effect tables, the [history] lines)
-    against the same tick with the recording replaced by nothing. CPU seconds, not wall time:
-    both ticks do the same I/O, and on a shared machine the wall clock mostly measures the other
-    processes."""
+def claude_code_session(index: int, salt: str) -> str:
+    """`failing_calls` as Claude Code writes a session: every line carries the session's
+    envelope, a call is a `tool_use` block, its result a user line's `tool_result` block (a
+    failed `Bash` result opens with its `Exit code` banner)."""
+    session = f"00000000-0000-4000-8000-{index:012d}"
+    envelope = {"parentUuid": None, "isSidechain": False, "userType": "external",
+                "cwd": f"/w/{salt}/s{index}", "sessionId": session, "version": "2.1.12",
+                "gitBranch": f"b{index}"}  # fmt: skip
+    lines: list[dict[str, object]] = []
+
+    def line(kind: str, message: dict[str, object]) -> None:
+        stamp = f"2026-01-20T11:{len(lines) // 60:02d}:{len(lines) % 60:02d}.000Z"
+        lines.append({**envelope, "type": kind, "uuid": f"{session}-{len(lines)}",
+                      "timestamp": stamp, "message": message})  # fmt: skip
+
+    def said(text: str) -> dict[str, object]:
+        content = [{"type": "text", "text": text}]
+        return {"id": f"msg_{len(lines)}", "type": "message", "role": "assistant",
+                "model": "claude-opus-4-5", "content": content}  # fmt: skip
+
+    for turn, (command, output, failed) in enumerate(failing_calls(index, salt)):
+        line("user", {"role": "user", "content": f"step {turn} of task {index}: " + "please " * 12})
+        line("assistant", said("Let me look at that first. " * 4))
+        call = {"type": "tool_use", "id": f"toolu_{turn}", "name": "Bash",
+                "input": {"command": command, "description": "Run it"}}  # fmt: skip
+        line("assistant", {**said(""), "content": [call]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{turn}", "is_error": failed,
+                  "content": f"Exit code 128\n{output}" if failed else output}  # fmt: skip
+        line("user", {"role": "user", "content": [result]})
+        line("assistant", said(f"Step {turn} is done: " + "details " * 30))
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def failures_row(
+    count: int, runs: int, *, reflect: bool, kind: str = "jsonl", real: Path | None = None
+) -> tuple[str, float, float]:
+    """The tick that first reads `count` sessions with failures, written as the source `kind`
+    writes them (and, with `reflect`, sends each window to a loopback LLM), recording failures
+    (the effect tables, the [history] lines) against the same tick with the recording replaced
+    by nothing. CPU seconds, not wall time: both ticks do the same I/O, and on a shared machine
+    the wall clock mostly measures the other processes. With `real`, the sessions are that
+    folder's Claude Code sessions (`*.jsonl`), not generated ones."""
     recording, history = effect_record.record_session_read, supervisor.window_history
     server = subprocess.Popen(
         [sys.executable, "-c", LOOPBACK_LLM], stdout=subprocess.PIPE, text=True
@@ -276,13 +332,17 @@ def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, f
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             sessions = root / "sessions"
-            sessions.mkdir()
+            folder = sessions / "-w-project" if kind == "claude-code" else sessions
+            folder.mkdir(parents=True)
             for index in range(count):
-                (sessions / f"s{index:05d}.jsonl").write_text(failing_session(index, salt))
+                text = failing_session(index, salt, kind)
+                (folder / f"s{index:05d}.jsonl").write_text(text)
+            for session in sorted(real.glob("*.jsonl")) if real is not None else ():
+                shutil.copyfile(session, folder / session.name)
             evolve: dict[str, object] = {"backfill": "all"}
             if reflect:
                 evolve.update(min_messages=2, cooldown_seconds=0)
-            harness = Harness(root, sessions, llm_url=base_url, **evolve)
+            harness = Harness(root, sessions, base_url, kind, **evolve)
             if not record:
                 effect_record.record_session_read = lambda *a, **k: None
                 supervisor.window_history = lambda *a, **k: []
@@ -300,7 +360,7 @@ def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, f
                 effect_record.record_session_read, supervisor.window_history = recording, history
             state = harness.app.state.conn
             recorded = state.execute("SELECT COUNT(*) FROM effect_failures").fetchone()[0]
-            assert recorded == ((count + 1) // 2 if record else 0)
+            assert (recorded > 0 if real is not None else recorded == (count + 1) // 2) == record
             if reflect:
                 assert state.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 0
             harness.app_exit()
@@ -315,7 +375,8 @@ def failures_row(count: int, runs: int, *, reflect: bool) -> tuple[str, float, f
         server.terminate()
         server.wait()
     what = "read+reflect" if reflect else "read"
-    return f"{what} {count:,} failing sessions, CPU", min(with_recording), min(without)
+    sessions = f"{real.name}'s real" if real is not None else f"{count:,} failing"
+    return f"{what} {sessions} {kind} sessions, CPU", min(with_recording), min(without)
 
 
 def rss_row(count: int) -> tuple[str, float]:
@@ -352,6 +413,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run per row")
+    parser.add_argument(
+        "--claude-sessions",
+        type=Path,
+        metavar="DIR",
+        help="a folder of real Claude Code sessions: one more failures row over them",
+    )
     args = parser.parse_args()
     counts: tuple[int, ...]
     if args.smoke:
@@ -372,8 +439,13 @@ def main() -> None:
     dsh = dsh_row(args.smoke)
     if dsh is not None:
         rows.append((*dsh, "≤ 1.5×"))
-    for reflect in (False, True):
-        label, value, baseline = failures_row(failing, max(runs, 3), reflect=reflect)
+    for reflect, kind in ((False, "jsonl"), (False, "claude-code"), (True, "jsonl")):
+        label, value, baseline = failures_row(failing, max(runs, 3), reflect=reflect, kind=kind)
+        rows.append((label, value, baseline, "≤ 1.1×"))
+    if args.claude_sessions is not None:
+        real = args.claude_sessions
+        label, value, baseline = failures_row(0, max(runs, 3), reflect=False, real=real,
+                                              kind="claude-code")  # fmt: skip
         rows.append((label, value, baseline, "≤ 1.1×"))
 
     print(f"{'row':<44} {'skilld':>10} {'baseline':>10} {'ratio':>7}  target")
