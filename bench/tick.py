@@ -3,13 +3,15 @@
     python bench/tick.py            # full sizes (10,000 sessions, 1 GB history)
     python bench/tick.py --quick    # smaller sizes
     python bench/tick.py --smoke    # tiny sizes, one run each: does every row still run?
+    python bench/tick.py --quick --claude-sessions DIR   # and a row over real sessions
 
 Rows:
 - idle tick over N session files   vs  listing and stat-ing the same files     (target ≤ 3×)
 - 1 MB appended to a 1 GB session  vs  the same append to an empty session     (target ≤ 1.5×)
 - dsh: one frame appended to a 50 MB session vs to a one-frame session         (target ≤ 1.5×)
-- the first tick over N sessions with failing tool calls (read only; read and reflect against
-  a loopback LLM), recording failures vs not, in CPU time                       (target ≤ 1.1×)
+- the first tick over N sessions with failing tool calls (read only, as JSONL and as Claude Code
+  writes them; read and reflect against a loopback LLM; with --claude-sessions, read a folder
+  of real Claude Code sessions), recording failures vs not, in CPU time         (target ≤ 1.1×)
 - peak RSS of `skilld once` tracking N sessions                                (target ≤ 150 MB)
 """
 
@@ -375,7 +377,7 @@ def failures_row(
         server.terminate()
         server.wait()
     what = "read+reflect" if reflect else "read"
-    sessions = f"{real.name}'s real" if real is not None else f"{count:,} failing"
+    sessions = f"{real.name}/*.jsonl" if real is not None else f"{count:,} failing"
     return f"{what} {sessions} {kind} sessions, CPU", min(with_recording), min(without)
 
 

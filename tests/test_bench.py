@@ -36,3 +36,24 @@ def test_benchmark_smoke_run_exits_zero(script: Path, tmp_path: Path) -> None:
     )
     assert run.returncode == 0, f"{script.name} --smoke exited {run.returncode}:\n{run.stderr}"
     assert run.stdout.strip(), f"{script.name} --smoke printed nothing"
+
+
+def test_the_tick_bench_reads_a_folder_of_claude_code_sessions(tmp_path: Path) -> None:
+    """`bench/tick.py --claude-sessions DIR` adds a row over DIR's sessions (here, sessions the
+    bench itself writes in Claude Code's format)."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    write = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import tick\n"
+        "for i in range(2):\n"
+        "    open(f'{sys.argv[2]}/s{i}.jsonl', 'w').write(tick.claude_code_session(i, 'x'))\n"
+    )
+    subprocess.run([sys.executable, "-c", write, str(BENCH), str(sessions)], check=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SKILLD_")}
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "tick.py"), "--smoke", "--claude-sessions", str(sessions)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "read sessions/*.jsonl claude-code sessions" in run.stdout
