@@ -79,7 +79,6 @@ LIST_MODULES = (HOOK_MODULES - {"skilld.commands.usage"}) | {
     # `StateDB` is made of every table family's module.
     "skilld.state.db",
     "skilld.state.events",
-    "skilld.state.lock",
     "skilld.state.proposals",
     "skilld.state.provenance",
     "skilld.state.sessions",

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from skilld.errors import StateError
-from skilld.state import SCHEMA_VERSION, DaemonLock, Held, SessionState, StateDB
+from skilld.state import SCHEMA_VERSION, Held, SessionState, StateDB
 from skilld.state.db import _V1
+from skilld.state.lock import DaemonLock
 
 
 def test_schema_version_and_wal(tmp_path: Path) -> None:
@@ -177,7 +178,7 @@ def test_schema_1_is_migrated_with_its_held_messages_and_provenance(tmp_path: Pa
 def test_one_daemon_per_state_dir_names_the_holder(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from skilld.state import DaemonLock;"
+         "import sys, time; from pathlib import Path; from skilld.state.lock import DaemonLock;"
          "DaemonLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); time.sleep(30)",
          str(tmp_path)],
         stdout=subprocess.PIPE, text=True,

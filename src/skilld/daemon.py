@@ -32,7 +32,7 @@ from skilld.notify import Notifier
 from skilld.routing import AGENTS, default_path, default_sources, resolve
 from skilld.skills.outcomes import Origin
 from skilld.skills.trigger_repair import break_shell_triggers
-from skilld.state import DaemonLock
+from skilld.state.lock import DaemonLock
 from skilld.team import record_round, set_up, sync_round, team_libraries
 
 if TYPE_CHECKING:

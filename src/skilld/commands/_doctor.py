@@ -32,7 +32,8 @@ from skilld.fsutil import TEMP_MARKER, read_tree_file
 from skilld.masking import mask_urls, masked_url
 from skilld.routing import AGENTS, default_path, default_sources, resolve
 from skilld.skills.usage import MAX_USAGE_BYTES, USAGE_FILE
-from skilld.state import StateDB, StateError, process_alive
+from skilld.state import StateDB, StateError
+from skilld.state.lock import process_alive
 
 if TYPE_CHECKING:  # the LLM client (httpx) loads only when doctor probes the endpoint
     from skilld.llm import LLMError, LLMSettings

@@ -139,7 +139,7 @@ def outcome_counts_text(outcomes: Mapping[str, Any] | None) -> str:
 def daemon_stale(report: Mapping[str, Any]) -> bool:
     """Whether `report` shows no live `skilld run`: no heartbeat within three intervals, or its
     process gone (`skilld once` beats the heart too)."""
-    from skilld.state import process_alive
+    from skilld.state.lock import process_alive
 
     age = report["heartbeat_age_seconds"]
     return (

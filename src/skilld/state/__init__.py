@@ -3,12 +3,12 @@ in one SQLite file (docs/design.md, "Files and tables").
 
 `db` owns the connection, the schema and its migrations; each table family has a module of its
 own, and `StateDB` is made of them: one connection, one transaction for a change and its event.
+`lock` holds the daemon's lock on the state dir (imported from there: a command does without).
 """
 
 from skilld.errors import StateError
 from skilld.state.db import SCHEMA_VERSION, Database, utc_now_iso
 from skilld.state.events import EVENT_KINDS, Event, EventLog
-from skilld.state.lock import DaemonLock, process_alive
 from skilld.state.proposals import KeptProposal, ProposalTable
 from skilld.state.provenance import Provenance, ProvenanceTable
 from skilld.state.sessions import Held, SessionState, SessionTable
@@ -17,7 +17,6 @@ from skilld.state.skill_uses import SkillUseTable
 __all__ = [
     "EVENT_KINDS",
     "SCHEMA_VERSION",
-    "DaemonLock",
     "Event",
     "Held",
     "KeptProposal",
@@ -25,7 +24,7 @@ __all__ = [
     "SessionState",
     "StateDB",
     "StateError",
-    "process_alive",
+    "lock",
     "utc_now_iso",
 ]
 

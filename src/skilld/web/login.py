@@ -121,7 +121,7 @@ def record_listening(state_dir: Path, url: str) -> Path:
 def running_panels(state_dir: Path) -> list[str]:
     """The URL of each panel whose process still runs, newest first; records of processes
     that are gone are removed."""
-    from skilld.state import process_alive
+    from skilld.state.lock import process_alive
 
     found: list[tuple[float, str]] = []
     folder = state_dir / PANELS_DIR
