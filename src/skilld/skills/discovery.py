@@ -98,7 +98,7 @@ class _Child(Protocol):
     def is_symlink(self) -> bool: ...
 
 
-# Plain classes for two records only discovery builds and nobody compares or unpacks: a named
+# Plain classes for the records only discovery builds and nobody compares or unpacks: a named
 # tuple costs a one-shot command a tenth of a millisecond to define.
 class _NamedChild:
     """A directory entry looked up by name instead of listed."""
@@ -119,16 +119,23 @@ class _NamedChild:
         return os.path.islink(self.path)
 
 
-class _Spot(NamedTuple):
+class _Spot:
     """Where a candidate skill file was found, and what its entry is built from."""
 
-    name: str
-    path: str
-    root: Path
-    real_root: Path
-    rank: int
-    layout: Layout
-    owner_of: OwnerRule
+    __slots__ = ("layout", "name", "owner_of", "path", "rank", "real_root", "root")
+
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        root: Path,
+        real_root: Path,
+        rank: int,
+        layout: Layout,
+        owner_of: OwnerRule,
+    ) -> None:
+        self.name, self.path, self.root, self.real_root = name, path, root, real_root
+        self.rank, self.layout, self.owner_of = rank, layout, owner_of
 
     def entry(
         self, digest: str | None = None, doc: SkillDoc | None = None, error: str | None = None

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, TypeVar, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from skilld.fsutil import fsync_dir, read_tree_file
 from skilld.log import get_logger
@@ -212,12 +212,20 @@ def uses_by_day(record: Mapping[str, Any]) -> dict[str, int]:
 # -- decoding and encoding `.usage.json` -------------------------------------------------------
 
 
-class Decoded(NamedTuple):
-    records: dict[str, Record]
-    #: Top-level entries that are not records (not objects); kept as they are on every write.
-    extras: dict[str, Any]
-    #: Why the file is corrupt, or None when it decoded cleanly.
-    problem: str | None = None
+class Decoded:
+    """`.usage.json` as `decode_usage` read it. (A plain class: a named tuple would cost a
+    hook's `usage use` a tenth of a millisecond to define.)"""
+
+    __slots__ = ("extras", "problem", "records")
+
+    def __init__(
+        self, records: dict[str, Record], extras: dict[str, Any], problem: str | None = None
+    ) -> None:
+        self.records = records
+        #: Top-level entries that are not records (not objects); kept as they are on every write.
+        self.extras = extras
+        #: Why the file is corrupt, or None when it decoded cleanly.
+        self.problem = problem
 
 
 def salvage_records(text: str) -> dict[str, Record]:
