@@ -145,15 +145,21 @@ class Campaign:
         return text is not None and body_of(name, version)["content"] in text
 
     def no_half_written_files(self, when: str) -> None:
+        """No temp file left behind and no skill file that does not parse. A kept proposal's
+        write is tried again every tick, so a temp file may be there for the instant a write
+        lasts: one left behind is one still there a full tick later."""
         self.checks += 1
-        for path in self.workspace.skills.rglob("*"):
-            if TEMP_MARKER in path.name:
+        temps = [path for path in self.workspace.skills.rglob("*") if TEMP_MARKER in path.name]
+        if temps and not self.daemon.notify.wait_full_tick():
+            self.violations.append(f"{when}: the daemon stopped ticking")
+        for path in temps:
+            if path.exists():
                 self.violations.append(f"{when}: temp file left: {path}")
-            elif path.name == "SKILL.md":
-                try:
-                    parse_skill(path.read_bytes())
-                except Exception as exc:  # a file that does not parse is what is counted
-                    self.violations.append(f"{when}: {path} does not parse: {exc}")
+        for path in self.workspace.skills.rglob("SKILL.md"):
+            try:
+                parse_skill(path.read_bytes())
+            except Exception as exc:  # a file that does not parse is what is counted
+                self.violations.append(f"{when}: {path} does not parse: {exc}")
 
     def blocked(
         self, fault: str, names: dict[str, int], ticks: int, *, landing: dict[str, int]
