@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from skilld.effect import store
-from skilld.effect.extract import Failure, extract
+from skilld.effect.extract import Failure, HeadRuns, ToolRun, extract, tally
 from skilld.effect.signature import (
     PLAIN_PROGRAMS,
     SHELLS,
@@ -443,13 +443,41 @@ def test_the_store_keeps_one_row_per_message_and_forgets_a_replaced_tail(tmp_pat
     )
     facts = store.SessionFacts("jsonl:s", "jsonl", "default", None, "2026-01-01T00:00:00+00:00")
     with StateDB(tmp_path / "state.db") as db, db.transaction() as conn:
-        store.record_read(conn, facts, found.runs, found.failures)
-        store.record_read(conn, facts, found.runs, found.failures)  # read twice: one row each
+        read = store.ReadRecord(facts, found.runs, found.failures)
+        store.record_reads(conn, [read])
+        store.record_reads(conn, [read])  # read twice: one row each
         assert [f.seq for f in store.window_failures(conn, "jsonl:s", 0, 99)] == [12, 14]
         store.forget_from(conn, "jsonl:s", 13)
         assert store.window_failures(conn, "jsonl:s", 0, 99) == found.failures[:1]
         runs = conn.execute("SELECT command, failed FROM effect_runs ORDER BY command")
         assert [tuple(row) for row in runs] == [("make a", 2), ("make b", 2)]
+
+
+def test_runs_are_counted_by_command_head() -> None:
+    """What the store keeps of a read's runs: per head, how many succeeded and failed, the
+    earliest time, the last success and the first run."""
+    runs = [
+        ToolRun(4, "2026-01-01T00:00:04+00:00", "Bash", "git push", False),
+        ToolRun(6, None, "Bash", "git push", True),
+        ToolRun(2, "2026-01-01T00:00:02+00:00", "Bash", "git status", True),
+        ToolRun(8, "2026-01-01T00:00:01+00:00", "Bash", "git push", True),
+    ]
+    assert tally(runs) == {
+        "git push": HeadRuns(2, 1, "2026-01-01T00:00:01+00:00", 8, 4),
+        "git status": HeadRuns(1, 0, "2026-01-01T00:00:02+00:00", 2, 2),
+    }
+    found = extract(
+        session(
+            "go",
+            ("Bash", "git push", "Exit code 1\nfatal: no upstream", True, 1),
+            ("Bash", "git push -u origin x", "done", False, None),
+        ),
+        0,
+    )
+    assert [(head, runs.ok, runs.failed) for head, runs in found.runs.items()] == [
+        ("git push", 1, 1)
+    ]
+    assert [f.resolved for f in found.failures] == [True]
 
 
 def test_a_codex_command_left_running_is_reported_by_the_poll_that_ends_it() -> None:
@@ -468,7 +496,7 @@ def test_a_codex_command_left_running_is_reported_by_the_poll_that_ends_it() -> 
         ),
     ]
     found = extract(messages, 0)
-    assert [(r.tool, r.command, r.ok) for r in found.runs] == [("exec_command", "rg", False)]
+    assert found.runs == {"rg": HeadRuns(ok=0, failed=1, first_ts=None, last_ok=None, first_seq=3)}
     assert [(f.seq, f.signature) for f in found.failures] == [
         (3, "exec_command | rg | rg: src: No such file")
     ]

@@ -24,9 +24,9 @@ successfully; `resolve_later` applies that to failures recorded by an earlier re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from skilld.effect.signature import (
     ERRORISH,
@@ -138,9 +138,46 @@ class Failure(NamedTuple):
     resolved: bool  # a later call in the session ran the same command head successfully
 
 
+class HeadRuns(NamedTuple):
+    """A session read's runs of one command head, counted."""
+
+    ok: int
+    failed: int
+    first_ts: str | None  # the earliest known time of one
+    last_ok: int | None  # the seq of the last successful one
+    first_seq: int
+
+
 class Extraction(NamedTuple):
-    runs: list[ToolRun]
+    #: command head -> its runs, counted (a tick reads thousands of calls: no record for each).
+    runs: dict[str, HeadRuns]
     failures: list[Failure]
+
+
+def tally(runs: Iterable[ToolRun]) -> dict[str, HeadRuns]:
+    """`runs`, counted by command head."""
+    counts: dict[str, list[Any]] = {}
+    for run in runs:
+        _count(counts, run.command, run.seq, run.ts, run.ok)
+    return _counted(counts)
+
+
+def _count(counts: dict[str, list[Any]], head: str, seq: int, ts: str | None, ok: bool) -> None:
+    entry = counts.get(head)
+    if entry is None:
+        counts[head] = [int(ok), int(not ok), ts, seq if ok else None, seq]
+        return
+    entry[0 if ok else 1] += 1
+    if ts is not None and (entry[2] is None or ts < entry[2]):
+        entry[2] = ts
+    if ok and (entry[3] is None or seq > entry[3]):
+        entry[3] = seq
+    if seq < entry[4]:
+        entry[4] = seq
+
+
+def _counted(counts: dict[str, list[Any]]) -> dict[str, HeadRuns]:
+    return {head: HeadRuns(*entry) for head, entry in counts.items()}
 
 
 def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = None) -> Extraction:
@@ -150,7 +187,7 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
     command left running ("Process running with session ID N") is no run yet: the
     `write_stdin` call that polls it later reports its outcome, as that command's."""
     calls: dict[str, ToolCall] = {}
-    runs: list[ToolRun] = []
+    counts: dict[str, list[Any]] = {}
     failures: list[Failure] = []
     failed_this_turn: set[str] = set()
     running: dict[str, ToolCall] = {}  # Codex: a process left running, by its session id
@@ -178,13 +215,14 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         ts = utc_iso(message.timestamp) if message.timestamp else None
         if message.failed is not True:
             for head in call_heads(arguments) or (tool,):
-                runs.append(ToolRun(seq, ts, tool, head, True))
+                _count(counts, head, seq, ts, True)
             continue
         failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
         if failure.cls in COUNTED_CLASSES:  # a benign or red-test run sets off no cascade
             failed_this_turn.add(failure.command)
         failures.append(failure)
-        runs.append(ToolRun(seq, ts, tool, failure.command, False))
+        _count(counts, failure.command, seq, ts, False)
+    runs = _counted(counts)
     return Extraction(runs, resolve(failures, runs))
 
 
@@ -214,18 +252,16 @@ def utc_iso(timestamp: str | None) -> str | None:
     return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def resolve(failures: list[Failure], runs: Iterable[ToolRun]) -> list[Failure]:
+def resolve(failures: list[Failure], runs: Mapping[str, HeadRuns]) -> list[Failure]:
     """`failures` with `resolved` set where a later successful run has the same head."""
-    last_ok: dict[str, int] = {}
-    for run in runs:
-        if run.ok and run.seq > last_ok.get(run.command, -(2**62)):
-            last_ok[run.command] = run.seq
-    return [
-        failure._replace(resolved=True)
-        if not failure.resolved and last_ok.get(failure.command, -(2**62)) > failure.seq
-        else failure
-        for failure in failures
-    ]
+    resolved = []
+    for failure in failures:
+        head = runs.get(failure.command)
+        last_ok = head.last_ok if head is not None else None
+        if not failure.resolved and last_ok is not None and last_ok > failure.seq:
+            failure = failure._replace(resolved=True)
+        resolved.append(failure)
+    return resolved
 
 
 def classify(

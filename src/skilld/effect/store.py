@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from skilld.effect.extract import CLASSES, COUNTED_CLASSES, Failure, ToolRun
+from skilld.effect.extract import CLASSES, COUNTED_CLASSES, Failure, HeadRuns, ToolRun, tally
 
 #: state.db meta: bumped by every write to the effect tables, so a measurement taken from them
 #: can tell whether it still holds (`skilld.effect.report.measurement_stamp`).
@@ -48,7 +48,8 @@ class ReadRecord(NamedTuple):
     """What one read of a session showed."""
 
     facts: SessionFacts
-    runs: Sequence[ToolRun]
+    #: command head -> its runs in the read (`extract.tally`).
+    runs: Mapping[str, HeadRuns]
     failures: Sequence[Failure]
 
 
@@ -59,7 +60,7 @@ def record_read(
     failures: Sequence[Failure],
 ) -> None:
     """Record what one read of a session showed (see `record_reads`)."""
-    record_reads(conn, [ReadRecord(facts, runs, failures)])
+    record_reads(conn, [ReadRecord(facts, tally(runs), failures)])
 
 
 def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
@@ -96,16 +97,20 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
     first_seq: dict[str, int] = {}
     for read in reads:
         session = read.facts.session
-        for run in read.runs:
-            key = (session, run.command)
-            entry = counts.setdefault(key, [0, 0, run.ts])
-            entry[0 if run.ok else 1] += 1
-            if run.ts is not None and (entry[2] is None or run.ts < entry[2]):
-                entry[2] = run.ts
-            if run.ok and run.seq > last_ok.get(key, run.seq - 1):
-                last_ok[key] = run.seq
-            if run.seq < first_seq.get(session, run.seq + 1):
-                first_seq[session] = run.seq
+        for command, runs in read.runs.items():
+            key = (session, command)
+            entry = counts.get(key)
+            if entry is None:
+                counts[key] = [runs.ok, runs.failed, runs.first_ts]
+            else:  # the same session in two reads of one tick
+                entry[0] += runs.ok
+                entry[1] += runs.failed
+                if runs.first_ts is not None and (entry[2] is None or runs.first_ts < entry[2]):
+                    entry[2] = runs.first_ts
+            if runs.last_ok is not None and runs.last_ok > last_ok.get(key, runs.last_ok - 1):
+                last_ok[key] = runs.last_ok
+            if runs.first_seq < first_seq.get(session, runs.first_seq + 1):
+                first_seq[session] = runs.first_seq
     if counts:
         conn.executemany(
             "INSERT INTO effect_runs(session, command, ok, failed, first_ts, source,"
