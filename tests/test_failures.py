@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from skilld.effect import store
-from skilld.effect.extract import Failure, HeadRuns, ToolRun, extract, tally
+from skilld.effect.extract import Failure, HeadRuns, ToolRun, combined, extract, tally
 from skilld.effect.signature import (
     PLAIN_PROGRAMS,
     SHELLS,
@@ -466,6 +466,9 @@ def test_runs_are_counted_by_command_head() -> None:
         "git push": HeadRuns(2, 1, "2026-01-01T00:00:01+00:00", 8, 4),
         "git status": HeadRuns(1, 0, "2026-01-01T00:00:02+00:00", 2, 2),
     }
+    # Two reads of one session: their counts combine into what one read of all gives.
+    early, late = tally(runs[:2])["git push"], tally(runs[2:])["git push"]
+    assert combined(early, late) == combined(late, early) == tally(runs)["git push"]
     found = extract(
         session(
             "go",

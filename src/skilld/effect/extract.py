@@ -180,6 +180,18 @@ def _counted(counts: dict[str, list[Any]]) -> dict[str, HeadRuns]:
     return {head: HeadRuns(*entry) for head, entry in counts.items()}
 
 
+def combined(first: HeadRuns, second: HeadRuns) -> HeadRuns:
+    """Two reads' runs of one head (of one session), counted as one: what `_count` makes of
+    the runs of both."""
+    return HeadRuns(
+        first.ok + second.ok,
+        first.failed + second.failed,
+        min((ts for ts in (first.first_ts, second.first_ts) if ts is not None), default=None),
+        max((seq for seq in (first.last_ok, second.last_ok) if seq is not None), default=None),
+        min(first.first_seq, second.first_seq),
+    )
+
+
 def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = None) -> Extraction:
     """The runs and failures of `messages`, the session's messages `first_seq ..`.
 

@@ -15,7 +15,15 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from skilld.effect.extract import CLASSES, COUNTED_CLASSES, Failure, HeadRuns, ToolRun, tally
+from skilld.effect.extract import (
+    CLASSES,
+    COUNTED_CLASSES,
+    Failure,
+    HeadRuns,
+    ToolRun,
+    combined,
+    tally,
+)
 
 #: state.db meta: bumped by every write to the effect tables, so a measurement taken from them
 #: can tell whether it still holds (`skilld.effect.report.measurement_stamp`).
@@ -92,33 +100,26 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
             f"UPDATE {table} SET source = ?, repository = ?, session_ts = ? WHERE session = ?",
             changed,
         )
-    counts: dict[tuple[str, str], list[Any]] = {}
-    last_ok: dict[tuple[str, str], int] = {}
-    first_seq: dict[str, int] = {}
-    for read in reads:
-        session = read.facts.session
+    merged: dict[tuple[str, str], HeadRuns] = {}
+    for read in reads:  # one session may be read twice in a tick
         for command, runs in read.runs.items():
-            key = (session, command)
-            entry = counts.get(key)
-            if entry is None:
-                counts[key] = [runs.ok, runs.failed, runs.first_ts]
-            else:  # the same session in two reads of one tick
-                entry[0] += runs.ok
-                entry[1] += runs.failed
-                if runs.first_ts is not None and (entry[2] is None or runs.first_ts < entry[2]):
-                    entry[2] = runs.first_ts
-            if runs.last_ok is not None and runs.last_ok > last_ok.get(key, runs.last_ok - 1):
-                last_ok[key] = runs.last_ok
-            if runs.first_seq < first_seq.get(session, runs.first_seq + 1):
-                first_seq[session] = runs.first_seq
-    if counts:
+            key = (read.facts.session, command)
+            merged[key] = combined(merged[key], runs) if key in merged else runs
+    last_ok = {key: runs.last_ok for key, runs in merged.items() if runs.last_ok is not None}
+    first_seq: dict[str, int] = {}
+    for (session, _), runs in merged.items():
+        first_seq[session] = min(runs.first_seq, first_seq.get(session, runs.first_seq))
+    if merged:
         conn.executemany(
             "INSERT INTO effect_runs(session, command, ok, failed, first_ts, source,"
             " repository, session_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(session, command) DO UPDATE SET"
             " ok = ok + excluded.ok, failed = failed + excluded.failed,"
             " first_ts = COALESCE(MIN(first_ts, excluded.first_ts), first_ts, excluded.first_ts)",
-            [(*key, ok, failed, ts, *current[key[0]]) for key, (ok, failed, ts) in counts.items()],
+            [
+                (*key, runs.ok, runs.failed, runs.first_ts, *current[key[0]])
+                for key, runs in merged.items()
+            ],
         )
     failures = [
         (read.facts.session, *f[:8], int(f.resolved), *current[read.facts.session])
