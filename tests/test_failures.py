@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,29 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from skilld.effect import extract as extract_module
 from skilld.effect import store
-from skilld.effect.extract import Failure, HeadRuns, ToolRun, combined, extract, tally
+from skilld.effect.extract import (
+    Failure,
+    HeadRuns,
+    ToolRun,
+    classify,
+    combined,
+    extract,
+    tally,
+    utc_iso,
+)
 from skilld.effect.signature import (
     PLAIN_PROGRAMS,
+    SETUP_PROGRAMS,
     SHELLS,
     WRAPPERS,
     _parsed_head,
     _part_head,
     _parts,
     _replace_name,
+    _script_heads,
+    _shell_script,
     command_head,
     first_error_line,
     normalise_error,
@@ -293,6 +307,51 @@ def test_a_plain_program_is_its_own_head(program: str, rest: str) -> None:
     assert _part_head(part) == _parsed_head(part)
 
 
+def parsed_heads(script: str) -> tuple[str, ...]:
+    """What `_script_heads` finds, the slow way: every part tokenized and parsed, the setup
+    parts' heads kept for a script that has no other."""
+    heads: list[str] = []
+    setup: list[str] = []
+    for head in (_parsed_head(part) for part in _parts(script)):
+        if head is None:
+            continue
+        if head.split(" ", 1)[0] in SETUP_PROGRAMS:
+            setup.append(head)
+        elif head not in heads:
+            heads.append(head)
+    return tuple(heads or setup[:1])
+
+
+_CHAIN_WORDS = sorted(SETUP_PROGRAMS | {"git", "push", "cargo", "test", "cat", "x", "./a", "-q"})
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([*_CHAIN_WORDS, "&&", "||", ";", "|", "&", "\n", "2>&1", "&>x"]),
+            st.text(alphabet=st.sampled_from("ab-=/. \t:"), max_size=6),
+        ),
+        max_size=12,
+    ).map(" ".join)
+)
+@example("cd src && cd lib")
+@example(": && cd src")
+@example("export A=1; true")
+@example("cd /srv && git push 2>&1 | tail")
+def test_a_chain_has_the_heads_parsing_finds(script: str) -> None:
+    """The shortcuts (a plain script split, not tokenized; a setup part's head read only when
+    no other part has one; a plain program taken unparsed) find what parsing every part does."""
+    assert _script_heads(script) == parsed_heads(script)
+
+
+@given(st.text(max_size=40), st.sampled_from(["command", "cmd"]), st.booleans())
+def test_the_plain_json_shortcut_reads_what_decoding_reads(
+    value: str, key: str, compact: bool
+) -> None:
+    arguments = json.dumps({key: value, "timeout": 5}, separators=(",", ":") if compact else None)
+    assert _shell_script(arguments) == json.loads(arguments)[key]
+
+
 def test_a_chain_is_attributed_to_the_part_its_error_names() -> None:
     chain = bash("git add -A && git commit -m wip && git push")
     assert command_head("Bash", chain, "Exit code 1\nhint: Use -f if you want to add them") == (
@@ -389,6 +448,17 @@ def test_each_class() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("phrases", "cls"), [(extract_module._REJECTED, "rejected"), (extract_module._POLICY, "hook")]
+)
+def test_every_phrase_of_a_class_is_found(phrases: tuple[str, ...], cls: str) -> None:
+    """Each phrase, in any case, classes a failure: none is lost behind the words a family's
+    phrases are first looked for by."""
+    for phrase in phrases:
+        text = f"Exit code 1\nError: {phrase.upper()} (see log)"
+        assert classify("Bash", "make", "make", text, 1, repeated=False) == cls, phrase
+
+
 def test_a_failure_is_resolved_by_a_later_success_of_its_head_only() -> None:
     found = failures_of(
         "ship it",
@@ -429,6 +499,20 @@ def test_timestamps_are_utc_and_the_branch_comes_from_the_message() -> None:
     (failure,) = extract(messages, 0).failures
     assert failure.ts == "2026-02-12T21:30:00+00:00"
     assert failure.error == "fatal: couldn't find remote ref <branch>"
+
+
+@given(
+    st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 31)),
+    st.sampled_from(["Z", ".0Z", ".000Z", ".123456Z", "+00:00", "-07:30", ""]),
+)
+def test_a_utc_stamp_is_read_as_any_other(moment: datetime, zone: str) -> None:
+    """Claude Code's `...Z` stamps are cut, not parsed: the same text as parsing gives."""
+    stamp = moment.isoformat(timespec="seconds") + zone
+    parsed = datetime.fromisoformat(
+        stamp.removesuffix("Z") + ("+00:00" if zone[-1:] == "Z" else "")
+    )
+    expected = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    assert utc_iso(stamp) == expected.isoformat(timespec="seconds")
 
 
 def test_the_store_keeps_one_row_per_message_and_forgets_a_replaced_tail(tmp_path: Path) -> None:

@@ -29,12 +29,12 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from skilld.effect.signature import (
-    ERRORISH,
     call_heads,
     command_head,
     exit_code_of,
     first_error_line,
     normalise_error,
+    reads_as_error,
     shell_script,
     signature,
 )
@@ -46,7 +46,9 @@ CLASSES = ("real", "hook", "test", "benign", "rejected", "cascade")
 COUNTED_CLASSES = ("real", "hook")
 
 # Phrases are looked for in the lower-cased opening of a result (substring searches: a tick
-# classifies every failure it reads, and a regular expression of alternatives is slow).
+# classifies every failure it reads, and a regular expression of alternatives is slow). Each
+# family's phrases share a few words, looked for first: most results hold none of them.
+_REJECTED_WORD = "user"
 _REJECTED = (
     "the user doesn't want to proceed",
     "the user doesn't want to take this action",
@@ -64,6 +66,7 @@ _CASCADE = (
     "not executed because a previous",
     "skipped because an earlier",
 )
+_POLICY_WORDS = ("risk", "sandbox", "security", "blocked", "allowed", "denied")
 _POLICY = (
     "rejected due to unacceptable risk",
     "sandbox denied",
@@ -85,10 +88,13 @@ _HOOK_WORD = re.compile(r"\bhooks?\b")
 #: Codex's unified exec: a command that outlives its call keeps running in a session that
 #: `write_stdin` polls.
 POLL_TOOL = "write_stdin"
+#: The tools whose result may say the command is still running (Codex's unified exec).
+_RUNNING_TOOLS = frozenset({"exec_command", POLL_TOOL})
 _RUNNING_WORDS = "Process running with session ID "
 _RUNNING = re.compile(rf"^{_RUNNING_WORDS}(\d+)", re.MULTILINE)
 _POLLED_SESSION = re.compile(r'"session_id":\s*(\d+)')
 _TOOL_USE_ERROR = "<tool_use_error>"
+_UTC_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 _CLAUDE_BANNER = re.compile(r"^(\[error\]\s*)?Exit code -?\d+", re.IGNORECASE)
 TEST_HEADS = frozenset(
     {
@@ -220,7 +226,11 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         named = message.tool_name if message.tool_name != POLL_TOOL else None
         tool = named or (called.name if called is not None else "tool")
         arguments = called.arguments if called is not None else ""
-        if called is not None and (process := _still_running(message.text)):
+        if (
+            called is not None
+            and called.name in _RUNNING_TOOLS
+            and (process := _still_running(message.text))
+        ):
             running[process.group(1)] = called  # still running: its outcome comes later
             continue
         seq = first_seq + offset
@@ -259,6 +269,8 @@ def utc_iso(timestamp: str | None) -> str | None:
         moment = datetime.fromisoformat(timestamp)
     except ValueError:
         return None
+    if _UTC_STAMP.fullmatch(timestamp):  # Claude Code's and Codex's form: UTC already
+        return f"{timestamp[:19]}+00:00"
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).isoformat(timespec="seconds")
@@ -282,7 +294,9 @@ def classify(
     """The class of one failed call (see the module docstring)."""
     sample = text[:4000]
     opening = sample[:800].lower()
-    if any(phrase in opening for phrase in _REJECTED) or opening.strip() == "aborted":
+    if (_REJECTED_WORD in opening and any(phrase in opening for phrase in _REJECTED)) or (
+        opening.strip() == "aborted"
+    ):
         return "rejected"
     if any(phrase in opening for phrase in _CASCADE):
         return "cascade"
@@ -294,7 +308,7 @@ def classify(
     if exit_code == 1 and (
         program in LOOKUPS
         or ((head in BENIGN_ON_ONE or program in BENIGN_ON_ONE)
-            and not ERRORISH.search(first_error_line(sample)))
+            and not reads_as_error(first_error_line(sample)))
     ):  # fmt: skip
         return "benign"
     if repeated:
@@ -336,7 +350,9 @@ def _failure(
 def _by_hook_or_policy(opening: str) -> bool:
     if "hook" in opening and _HOOK_WORD.search(opening):
         return True
-    return any(phrase in opening for phrase in _POLICY)
+    return any(word in opening for word in _POLICY_WORDS) and any(
+        phrase in opening for phrase in _POLICY
+    )
 
 
 def _is_test(head: str, script: str | None) -> bool:

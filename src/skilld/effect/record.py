@@ -29,13 +29,14 @@ def record_session_read(
     library: str,
     first_seq: int,
     observed: GitContext | None,
-    now: float,
+    seen_at: str,
     batch: list[store.ReadRecord] | None = None,
 ) -> None:
     """Record the runs and failures of `read`, whose first message is the session's message
     `first_seq`, and the session's facts (its repository: as the transcript records it, else
-    as the working directory's checkout shows it). With `batch`, the record is added to it
-    for one `store.record_reads` of all a tick's reads."""
+    as the working directory's checkout shows it; when it started: its first message's time,
+    else `seen_at`, ISO UTC). With `batch`, the record is added to it for one
+    `store.record_reads` of all a tick's reads."""
     if read.reset:
         store.forget_from(conn, read.session, first_seq)
     extraction = extract(read.messages, first_seq, cwd=read.cwd)
@@ -45,7 +46,7 @@ def record_session_read(
         read.source,
         library,
         _repository(read) or (observed.repository if observed is not None else None),
-        first_ts or datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
+        first_ts or seen_at,
     )
     record = store.ReadRecord(facts, extraction.runs, extraction.failures)
     if batch is None:
@@ -66,7 +67,8 @@ class Recorder:
         observe: Callable[[str | None], GitContext | None],
         now: float,
     ) -> None:
-        self.state, self.library, self.observe, self.now = state, library, observe, now
+        self.state, self.library, self.observe = state, library, observe
+        self.seen_at = _iso(now)
         self.batch: list[store.ReadRecord] = []
 
     def add(self, read: SessionRead, first_seq: int, cwd: str | None) -> None:
@@ -74,7 +76,7 @@ class Recorder:
         the session worked when the read does not say. Inside the caller's transaction."""
         observed = self.observe(getattr(read, "cwd", None) or cwd)
         conn = self.state.conn
-        record_session_read(conn, read, self.library, first_seq, observed, self.now, self.batch)
+        record_session_read(conn, read, self.library, first_seq, observed, self.seen_at, self.batch)
 
     def __enter__(self) -> Recorder:
         return self
@@ -127,7 +129,7 @@ async def record_history(
                     library,
                     -len(read.messages),
                     observe(read.cwd),
-                    read.mtime if read.mtime is not None else 0.0,
+                    _iso(read.mtime if read.mtime is not None else 0.0),
                     batch,
                 )
         store.record_reads(conn, batch)
@@ -164,6 +166,10 @@ def window_history(conn: sqlite3.Connection, window: Window) -> list[tuple[int, 
         if count:
             history.append((count, failure.signature))
     return history
+
+
+def _iso(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
 
 
 def _repository(read: SessionRead) -> str | None:

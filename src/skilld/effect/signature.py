@@ -27,7 +27,7 @@ import functools
 import json
 import re
 import shlex
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 #: Argument keys that hold a shell command (Claude Code, Codex, Hermes, DeepSeek Harness).
 SHELL_KEYS = ("command", "cmd")
@@ -165,7 +165,8 @@ _FILE_EXTENSION = re.compile(
     r"\.(py|js|mjs|cjs|ts|tsx|jsx|sh|bash|rb|go|rs|json|md|txt|ex|exs|toml|ya?ml|lock|cfg|ini)$"
 )
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_PLAIN_COMMAND = re.compile(r'\{"(?:command|cmd)":"([^"\\]*)"[,}]')
+#: `{"command":"..."}` as compact JSON or `json.dumps` writes it, with no escapes in the value.
+_PLAIN_COMMAND = re.compile(r'\{"(?:command|cmd)": ?"([^"\\]*)"[,}]')
 _PROGRAM = re.compile(r"^[\w.+\[-]")
 _NEEDS_QUOTING = re.compile(r"['\"\\]")
 _WORD = re.compile(r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|[^\s'"\\]+)+""")
@@ -173,7 +174,8 @@ _QUOTED_PIECE = re.compile(r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|[^'"\\]+""")
 #: A script with none of these is plain words and separators: split, not parsed.
 _PLAIN_SCRIPT = re.compile(r"^[^'\"\\<`$()]*$")
 _CHAINED = re.compile(r"[&|;\n]")
-_SEPARATORS = re.compile(r"&&|\|\||;|\|&?|\n|(?<![<>&])&(?!>)")
+# The lookahead lets the engine skip to a separator's first character.
+_SEPARATORS = re.compile(r"(?=[&|;\n])(?:&&|\|\||;|\|&?|\n|(?<![<>&])&(?!>))")
 # Shell separators outside quotes; quoted strings are matched first so they are skipped whole.
 _SCRIPT_TOKEN = re.compile(
     r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|(?P<sep>&&|\|\||;|\|&?|\n|(?<![<>&])&(?!>))|<<-?\s*['"]?(?P<doc>\w+)['"]?|[^'"\\&|;\n<]+|[&<]""",
@@ -191,11 +193,12 @@ _EXIT_LINE = re.compile(
     r"^(?:\[error\] ?)?(?:Exit code:? |Process exited with code )(-?\d+)[ \t]*$", re.MULTILINE
 )
 _TAG = re.compile(r"</?tool_use_error>")
-ERRORISH = re.compile(
+# Matched against lower-cased text: with IGNORECASE, a line that holds none of the words costs
+# several times as much to search.
+_ERROR_WORDS = re.compile(
     r"error|fatal|fail|exception|denied|not found|no such|cannot|can't|unable|invalid|"
     r"refused|rejected|blocked|unknown|missing|undefined|permission|timed out|timeout|abort|"
-    r"conflict|not allowed|unrecognized|unexpected|panic",
-    re.IGNORECASE,
+    r"conflict|not allowed|unrecognized|unexpected|panic"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
@@ -232,7 +235,6 @@ def shell_script(arguments: str) -> str | None:
     return _shell_script(arguments)
 
 
-@functools.lru_cache(maxsize=4096)
 def _shell_script(arguments: str) -> str | None:
     plain = _PLAIN_COMMAND.match(arguments)
     if plain is not None:  # compact JSON whose command has no escapes: no decoding needed
@@ -258,7 +260,8 @@ def _decoded_script(arguments: str) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def call_heads(arguments: str) -> tuple[str, ...]:
-    """The heads of a shell call's script (see `script_heads`); () for another tool's call."""
+    """The heads of a shell call's script (see `script_heads`); () for another tool's call.
+    Remembered: agents run the same commands over and over."""
     script = shell_script(arguments)
     return _script_heads(script[:MAX_SCRIPT_CHARS]) if script is not None else ()
 
@@ -266,10 +269,7 @@ def call_heads(arguments: str) -> tuple[str, ...]:
 def command_head(tool: str, arguments: str, error: str = "") -> str:
     """The command head of a call: for a shell call, the program and first sub-command word
     of the part of its chain that `error` (the result text) points at; else the tool name."""
-    script = shell_script(arguments)
-    if script is None:
-        return tool
-    heads = script_heads(script)
+    heads = call_heads(arguments)
     if not heads:
         return tool
     return attribute(heads, error) if error else heads[0]
@@ -281,29 +281,33 @@ def script_heads(script: str) -> list[str]:
     return list(_script_heads(script[:MAX_SCRIPT_CHARS]))
 
 
-@functools.lru_cache(maxsize=4096)
 def _script_heads(script: str) -> tuple[str, ...]:
-    """`script_heads`, remembered: agents run the same commands over and over."""
+    """`script_heads` of a script already cut to its bound."""
     if not _CHAINED.search(script) and "<<" not in script:
-        parts: Iterable[str] = [script]  # one simple command, however it is quoted
-    elif _PLAIN_SCRIPT.match(script):
-        parts = _SEPARATORS.split(script)
-    else:
-        parts = _parts(script)
+        head = _part_head(script)  # one simple command, however it is quoted
+        return (head,) if head is not None else ()
+    plain = _PLAIN_SCRIPT.match(script)
+    parts: Iterable[str] = _SEPARATORS.split(script) if plain else _parts(script)
     heads: list[str] = []
-    setup: list[str] = []
+    setup: list[str] = []  # parts that open with a setup program: their head is one
     for part in parts:
+        first = part[:MAX_PART_CHARS].split(None, 1)
+        if first and first[0] in SETUP_PROGRAMS:
+            setup.append(part)  # its head is a setup head, needed only if no part has another
+            continue
         head = _part_head(part)
         if head is None:
             continue
         if head.split(" ", 1)[0] in SETUP_PROGRAMS:
-            setup.append(head)
+            setup.append(part)
         elif head not in heads:
             heads.append(head)
-    return tuple(heads or setup[:1])
+    if heads:
+        return tuple(heads)
+    return next(((h,) for part in setup if (h := _part_head(part)) is not None), ())
 
 
-def attribute(heads: list[str], error: str) -> str:
+def attribute(heads: Sequence[str], error: str) -> str:
     """The head the error text names: a part whose program opens a line (`grep: x: No such
     file`) or whose sub-command word appears in it; else the first."""
     if len(heads) == 1:
@@ -335,14 +339,22 @@ def first_error_line(text: str) -> str:
             raised = [x for x in window if _EXCEPTION_LINE.match(x)]
             return (raised[-1] if raised else line)[:MAX_LINE_CHARS]
     for line in lines[:MAX_SCAN_LINES]:
-        if ERRORISH.search(line):
+        if reads_as_error(line):
             return line[:MAX_LINE_CHARS]
     return lines[0][:MAX_LINE_CHARS]
+
+
+def reads_as_error(line: str) -> bool:
+    """Whether a line says something went wrong (`error`, `fatal`, `No such file`, ...), in any
+    case."""
+    return _ERROR_WORDS.search(line.lower()) is not None
 
 
 def exit_code_of(text: str) -> int | None:
     """The exit code a result's banner states (Claude Code `Exit code N`, Codex `Process exited
     with code N` / `Exit code: N`), else None."""
+    if text.find("code ", 0, 600) == -1:  # both banners say it: most results need no pattern
+        return None
     match = _EXIT_LINE.search(text[:600])
     return int(match.group(1)) if match else None
 
@@ -365,7 +377,7 @@ def normalise_error(text: str, cwd: str | None, branch: str | None = None) -> st
     if any(word in lowered for word in _BRANCH_HINTS):
         line = _BRANCH.sub(_branch_placeholder, line)
     if "/" in line:
-        line = _PATH.sub(_path_placeholder, line)
+        line = _PATH.sub("<path>", line)
     if "." in line:
         line = _FILE.sub("<file>", line)
     if has_digit:
@@ -559,10 +571,6 @@ def _structured_error(lines: list[str]) -> str | None:
         if isinstance(value, str) and value.strip():
             return first_error_line(value)
     return None
-
-
-def _path_placeholder(match: re.Match[str]) -> str:
-    return "<path>"
 
 
 def _branch_placeholder(match: re.Match[str]) -> str:
