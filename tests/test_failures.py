@@ -294,7 +294,14 @@ def test_a_branch_is_replaced_where_its_pattern_finds_it(line: str, name: str) -
 
 
 @given(
-    st.sampled_from(sorted(PLAIN_PROGRAMS | WRAPPERS | SHELLS | {"git", "cd", "python3"})),
+    st.sampled_from(
+        sorted(
+            PLAIN_PROGRAMS
+            | WRAPPERS
+            | SHELLS
+            | {"git", "cd", "python3", "npm", "npx", "a=b", "-x", "./run", "f)", "(", "!", "é"}
+        )
+    ),
     st.text(alphabet=st.sampled_from("ab-=/. \t'\"\\<>$()x1c"), max_size=24),
 )
 @example("env", " FOO=1 cargo test")
@@ -302,7 +309,8 @@ def test_a_branch_is_replaced_where_its_pattern_finds_it(line: str, name: str) -
 @example("bash", " -c 'git push'")
 @example("sudo", " make install")
 def test_a_plain_program_is_its_own_head(program: str, rest: str) -> None:
-    """A part a plain program opens is taken as its head without parsing: what parsing finds."""
+    """A part a plain program or a program with nothing to look past opens is taken as its
+    head without the parser's steps: what parsing finds."""
     part = program + rest
     assert _part_head(part) == _parsed_head(part)
 
@@ -329,7 +337,7 @@ _CHAIN_WORDS = sorted(SETUP_PROGRAMS | {"git", "push", "cargo", "test", "cat", "
     st.lists(
         st.one_of(
             st.sampled_from([*_CHAIN_WORDS, "&&", "||", ";", "|", "&", "\n", "2>&1", "&>x"]),
-            st.text(alphabet=st.sampled_from("ab-=/. \t:"), max_size=6),
+            st.text(alphabet=st.sampled_from("ab-=/. \t:'\"\\;|&"), max_size=6),
         ),
         max_size=12,
     ).map(" ".join)
@@ -338,8 +346,11 @@ _CHAIN_WORDS = sorted(SETUP_PROGRAMS | {"git", "push", "cargo", "test", "cat", "
 @example(": && cd src")
 @example("export A=1; true")
 @example("cd /srv && git push 2>&1 | tail")
+@example("grep -n 'a;b' x && git push")
+@example('echo \'"\' "a;b" && git push')
+@example('git commit -m "x | y" ; cargo test')
 def test_a_chain_has_the_heads_parsing_finds(script: str) -> None:
-    """The shortcuts (a plain script split, not tokenized; a setup part's head read only when
+    """The shortcuts (a simple script split, not tokenized; a setup part's head read only when
     no other part has one; a plain program taken unparsed) find what parsing every part does."""
     assert _script_heads(script) == parsed_heads(script)
 

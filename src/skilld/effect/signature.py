@@ -27,7 +27,7 @@ import functools
 import json
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 #: Argument keys that hold a shell command (Claude Code, Codex, Hermes, DeepSeek Harness).
 SHELL_KEYS = ("command", "cmd")
@@ -171,8 +171,9 @@ _PROGRAM = re.compile(r"^[\w.+\[-]")
 _NEEDS_QUOTING = re.compile(r"['\"\\]")
 _WORD = re.compile(r"""(?:'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|[^\s'"\\]+)+""")
 _QUOTED_PIECE = re.compile(r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|[^'"\\]+""")
-#: A script with none of these is plain words and separators: split, not parsed.
-_PLAIN_SCRIPT = re.compile(r"^[^'\"\\<`$()]*$")
+#: A script with none of these but quotes of one kind is words, quoted words and separators:
+#: split at its separators, not parsed, when no quoted word holds one (see `_split_parts`).
+_SIMPLE_SCRIPT = re.compile(r"^[^\\<`$()]*$")
 _CHAINED = re.compile(r"[&|;\n]")
 # The lookahead lets the engine skip to a separator's first character.
 _SEPARATORS = re.compile(r"(?=[&|;\n])(?:&&|\|\||;|\|&?|\n|(?<![<>&])&(?!>))")
@@ -230,9 +231,11 @@ _BRANCH_HINTS = ("branch", "upstream", "checkout", "switch", "ref", "origin/")
 def shell_script(arguments: str) -> str | None:
     """The shell text of a call whose arguments name one (`command` or `cmd`: a string or an
     argv list), else None."""
-    if not arguments.startswith("{") or ('"command"' not in arguments and '"cmd"' not in arguments):
-        return None
-    return _shell_script(arguments)
+    return _shell_script(arguments) if _names_a_script(arguments) else None
+
+
+def _names_a_script(arguments: str) -> bool:
+    return arguments.startswith("{") and ('"command"' in arguments or '"cmd"' in arguments)
 
 
 def _shell_script(arguments: str) -> str | None:
@@ -258,11 +261,17 @@ def _decoded_script(arguments: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
 def call_heads(arguments: str) -> tuple[str, ...]:
-    """The heads of a shell call's script (see `script_heads`); () for another tool's call.
-    Remembered: agents run the same commands over and over."""
-    script = shell_script(arguments)
+    """The heads of a shell call's script (see `script_heads`); () for another tool's call."""
+    return _call_heads(arguments) if _names_a_script(arguments) else ()
+
+
+@functools.lru_cache(maxsize=4096)
+def _call_heads(arguments: str) -> tuple[str, ...]:
+    """`call_heads` of a shell call, remembered: agents run the same commands over and over.
+    (Other calls are not kept: their arguments, a file's content, are large and rarely seen
+    twice.)"""
+    script = _shell_script(arguments)
     return _script_heads(script[:MAX_SCRIPT_CHARS]) if script is not None else ()
 
 
@@ -286,8 +295,9 @@ def _script_heads(script: str) -> tuple[str, ...]:
     if not _CHAINED.search(script) and "<<" not in script:
         head = _part_head(script)  # one simple command, however it is quoted
         return (head,) if head is not None else ()
-    plain = _PLAIN_SCRIPT.match(script)
-    parts: Iterable[str] = _SEPARATORS.split(script) if plain else _parts(script)
+    parts = _split_parts(script)
+    if parts is None:
+        parts = list(_parts(script))
     heads: list[str] = []
     setup: list[str] = []  # parts that open with a setup program: their head is one
     for part in parts:
@@ -362,11 +372,18 @@ def exit_code_of(text: str) -> int | None:
 def normalise_error(text: str, cwd: str | None, branch: str | None = None) -> str:
     """One error line with what differs between sessions replaced: the working directory,
     the branch, URLs, UUIDs, paths, file names, hashes, branch names, numbers."""
-    # Each pattern runs only where the line holds what it replaces: this runs per failure.
     line = text[:MAX_LINE_CHARS]
     if cwd and len(cwd) > 1:
         line = line.replace(cwd.rstrip("/"), "<cwd>")
-    if branch and len(branch) > 1 and branch in line:
+    return _normalised(line, branch if branch and len(branch) > 1 and branch in line else None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalised(line: str, branch: str | None) -> str:
+    """`normalise_error` after the working directory, remembered: the same failure comes back
+    (that is what the effect measure counts), its line the same wherever the session ran."""
+    # Each pattern runs only where the line holds what it replaces: this runs per failure.
+    if branch is not None:
         line = _replace_name(line, branch, "<branch>")
     if "://" in line:
         line = _URL.sub("<url>", line)
@@ -442,11 +459,47 @@ def _parts(script: str) -> Iterator[str]:
         yield "".join(current)
 
 
+def _split_parts(script: str) -> list[str] | None:
+    """The parts of a script with no escapes, substitutions or redirected input and quotes of
+    one kind, split at every separator; None when a quoted word holds a separator (a part
+    would then hold an odd number of quotes) or the script is not that simple."""
+    if not _SIMPLE_SCRIPT.match(script):
+        return None
+    quote = "'" if "'" in script else '"'
+    if quote == "'" and '"' in script:
+        return None
+    parts = _SEPARATORS.split(script)
+    return parts if all(part.count(quote) % 2 == 0 for part in parts) else None
+
+
 def _part_head(part: str) -> str | None:
     first = part[:MAX_PART_CHARS].split(None, 1)
-    if first and first[0] in _PLAIN_FIRST:
-        return first[0]  # `cat x`, `sed -n '1,9p' y`: what `_parsed_head` finds, unparsed
+    if not first:
+        return None
+    program = first[0]
+    if program in _PLAIN_FIRST:
+        return program  # `cat x`, `sed -n '1,9p' y`: what `_parsed_head` finds, unparsed
+    if _opens_as_itself(program) and not _NEEDS_QUOTING.search(part):
+        # `git push -u origin x`, `npm run build`: what `_parsed_head` finds, without its steps
+        return _with_subcommand(program, part[:MAX_PART_CHARS].split()[1:MAX_WORDS])
     return _parsed_head(part)
+
+
+@functools.lru_cache(maxsize=1024)
+def _opens_as_itself(word: str) -> bool:
+    """Whether a part whose first word is `word` is that program's: no assignment, wrapper,
+    path, shell, Python or npx to look past, and no plain program."""
+    return (
+        _PROGRAM.match(word) is not None
+        and _ASSIGNMENT.match(word) is None
+        and "/" not in word
+        and ")" not in word
+        and word not in WRAPPERS
+        and word not in SHELLS
+        and word not in PLAIN_PROGRAMS
+        and word not in ("timeout", "npx", "bunx", "pnpx")
+        and PYTHONS.match(word) is None
+    )
 
 
 def _parsed_head(part: str) -> str | None:
