@@ -23,6 +23,7 @@ successfully; `resolve_later` applies that to failures recorded by an earlier re
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -210,15 +211,14 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
     failed_this_turn: set[str] = set()
     running: dict[str, ToolCall] = {}  # Codex: a process left running, by its session id
     for offset, message in enumerate(messages):
-        if message.role == "user":
-            failed_this_turn = set()
-            continue
-        if message.role == "assistant":
-            for call in message.tool_calls:
-                if call.call_id is not None:
-                    calls[call.call_id] = call
-            continue
-        if message.role != "tool":
+        role = message.role
+        if role != "tool":
+            if role == "assistant":
+                for call in message.tool_calls:
+                    if call.call_id is not None:
+                        calls[call.call_id] = call
+            elif role == "user" and failed_this_turn:
+                failed_this_turn = set()
             continue
         called = calls.pop(message.tool_call_id, None) if message.tool_call_id else None
         if called is not None and called.name == POLL_TOOL:
@@ -333,7 +333,7 @@ def _failure(
     script = shell_script(arguments)
     cls = classify(tool, script, head, text, exit_code, head in failed_this_turn)
     branch = message.git.branch if message.git is not None else None
-    error = normalise_error(redact(first_error_line(text)).text, cwd, branch)
+    error = normalise_error(_redacted(first_error_line(text)), cwd, branch)
     return Failure(
         seq,
         ts,
@@ -345,6 +345,12 @@ def _failure(
         exit_code,
         False,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _redacted(line: str) -> str:
+    """`line` redacted, remembered: the same error line comes back in session after session."""
+    return redact(line).text
 
 
 def _by_hook_or_policy(opening: str) -> bool:
