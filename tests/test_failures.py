@@ -308,6 +308,9 @@ def test_a_branch_is_replaced_where_its_pattern_finds_it(line: str, name: str) -
 @example("timeout", " 60 pytest -q")
 @example("bash", " -c 'git push'")
 @example("sudo", " make install")
+@example("git", " 'push' x")
+@example("git", " -C 'a b' push")
+@example("npm", " run 'build'")
 def test_a_plain_program_is_its_own_head(program: str, rest: str) -> None:
     """A part a plain program or a program with nothing to look past opens is taken as its
     head without the parser's steps: what parsing finds."""
@@ -576,6 +579,30 @@ def test_runs_are_counted_by_command_head() -> None:
         ("git push", 1, 1)
     ]
     assert [f.resolved for f in found.failures] == [True]
+
+
+def test_a_tool_that_names_a_command_of_its_own_is_no_shell() -> None:
+    """Claude Code's `Skill` and `SlashCommand` take a `command` that is no shell script: their
+    runs and failures are the tool's, whatever the command says."""
+    messages = [
+        Message(
+            "assistant",
+            "",
+            (
+                ToolCall("Skill", json.dumps({"command": "pdf"}), "s1"),
+                ToolCall("SlashCommand", json.dumps({"command": "/git push"}), "s2"),
+                ToolCall("Bash", bash("git push"), "s3"),
+            ),
+        ),
+        Message("tool", "Launching skill: pdf", tool_call_id="s1", failed=False),
+        Message("tool", "Unknown command: /git", tool_call_id="s2", failed=True),
+        Message("tool", "Everything up-to-date", tool_call_id="s3", failed=False),
+    ]
+    found = extract(messages, 0)
+    assert sorted(found.runs) == ["Skill", "SlashCommand", "git push"]
+    assert [(f.command, f.signature) for f in found.failures] == [
+        ("SlashCommand", "SlashCommand | SlashCommand | Unknown command: /git")
+    ]
 
 
 def test_a_codex_command_left_running_is_reported_by_the_poll_that_ends_it() -> None:

@@ -236,7 +236,7 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         seq = first_seq + offset
         ts = utc_iso(message.timestamp) if message.timestamp else None
         if message.failed is not True:
-            for head in call_heads(arguments) or (tool,):
+            for head in call_heads(tool, arguments) or (tool,):
                 _count(counts, head, seq, ts, True)
             continue
         failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
@@ -330,7 +330,7 @@ def _failure(
     text = message.text
     head = command_head(tool, arguments, text)
     exit_code = message.exit_code if message.exit_code is not None else exit_code_of(text)
-    script = shell_script(arguments)
+    script = shell_script(tool, arguments)
     cls = classify(tool, script, head, text, exit_code, head in failed_this_turn)
     branch = message.git.branch if message.git is not None else None
     error = normalise_error(_redacted(first_error_line(text)), cwd, branch)

@@ -31,6 +31,16 @@ from collections.abc import Iterator, Sequence
 
 #: Argument keys that hold a shell command (Claude Code, Codex, Hermes, DeepSeek Harness).
 SHELL_KEYS = ("command", "cmd")
+#: The agents' own tools that run no shell command: Claude Code's `Skill` and `SlashCommand`
+#: name a `command` of theirs, and the others' arguments (often a whole file) need not be
+#: searched for one.
+NOT_SHELL_TOOLS = frozenset(
+    {
+        "Read", "Edit", "MultiEdit", "Write", "NotebookEdit", "NotebookRead", "Grep", "Glob",
+        "LS", "TodoWrite", "TodoRead", "Task", "WebFetch", "WebSearch", "Skill", "SlashCommand",
+        "ExitPlanMode", "BashOutput", "KillShell", "apply_patch", "update_plan", "view_image",
+    }
+)  # fmt: skip
 #: Programs whose first argument is not a sub-command: their head is the program alone.
 PLAIN_PROGRAMS = frozenset(
     {
@@ -228,10 +238,12 @@ _DIGIT = re.compile(r"\d")
 _BRANCH_HINTS = ("branch", "upstream", "checkout", "switch", "ref", "origin/")
 
 
-def shell_script(arguments: str) -> str | None:
+def shell_script(tool: str, arguments: str) -> str | None:
     """The shell text of a call whose arguments name one (`command` or `cmd`: a string or an
     argv list), else None."""
-    return _shell_script(arguments) if _names_a_script(arguments) else None
+    if tool in NOT_SHELL_TOOLS or not _names_a_script(arguments):
+        return None
+    return _shell_script(arguments)
 
 
 def _names_a_script(arguments: str) -> bool:
@@ -261,9 +273,11 @@ def _decoded_script(arguments: str) -> str | None:
     return None
 
 
-def call_heads(arguments: str) -> tuple[str, ...]:
+def call_heads(tool: str, arguments: str) -> tuple[str, ...]:
     """The heads of a shell call's script (see `script_heads`); () for another tool's call."""
-    return _call_heads(arguments) if _names_a_script(arguments) else ()
+    if tool in NOT_SHELL_TOOLS or not _names_a_script(arguments):
+        return ()
+    return _call_heads(arguments)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -278,7 +292,7 @@ def _call_heads(arguments: str) -> tuple[str, ...]:
 def command_head(tool: str, arguments: str, error: str = "") -> str:
     """The command head of a call: for a shell call, the program and first sub-command word
     of the part of its chain that `error` (the result text) points at; else the tool name."""
-    heads = call_heads(arguments)
+    heads = call_heads(tool, arguments)
     if not heads:
         return tool
     return attribute(heads, error) if error else heads[0]
@@ -479,9 +493,13 @@ def _part_head(part: str) -> str | None:
     program = first[0]
     if program in _PLAIN_FIRST:
         return program  # `cat x`, `sed -n '1,9p' y`: what `_parsed_head` finds, unparsed
-    if _opens_as_itself(program) and not _NEEDS_QUOTING.search(part):
-        # `git push -u origin x`, `npm run build`: what `_parsed_head` finds, without its steps
-        return _with_subcommand(program, part[:MAX_PART_CHARS].split()[1:MAX_WORDS])
+    if _opens_as_itself(program):
+        # `git commit -m 'x'`, `npm run build`: what `_parsed_head` finds, without its steps,
+        # when no word it reads is quoted (quotes elsewhere change no word before them)
+        arguments = part[:MAX_PART_CHARS].split()[1:MAX_WORDS]
+        head, read = _subcommand(program, arguments)
+        if not any(_NEEDS_QUOTING.search(word) for word in (program, *arguments[:read])):
+            return head
     return _parsed_head(part)
 
 
@@ -536,8 +554,14 @@ def _parsed_head(part: str) -> str | None:
 
 
 def _with_subcommand(program: str, arguments: list[str]) -> str:
+    return _subcommand(program, arguments)[0]
+
+
+def _subcommand(program: str, arguments: list[str]) -> tuple[str, int]:
+    """The program and its sub-command word if it has one, and how many of `arguments` that
+    took to tell."""
     skip_value = False
-    for word in arguments:
+    for index, word in enumerate(arguments):
         if skip_value:
             skip_value = False
             continue
@@ -545,9 +569,9 @@ def _with_subcommand(program: str, arguments: list[str]) -> str:
             skip_value = program == "git" and word in GIT_VALUE_OPTIONS
             continue
         if _SUBCOMMAND.match(word) and not _FILE_EXTENSION.search(word):
-            return f"{program} {word}"
-        break
-    return program
+            return f"{program} {word}", index + 1
+        return program, index + 1
+    return program, len(arguments)
 
 
 def _inline_script(arguments: list[str]) -> str | None:
