@@ -38,12 +38,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from skilld import cli as skilld_cli
 from skilld.config import EffectConfig
 from skilld.digest import sha256_hex
-from skilld.effect import watch
-from skilld.effect.report import MEASUREMENT_KEY
+from skilld.effect import store, watch
+from skilld.effect.extract import ToolRun, tally
+from skilld.effect.report import MEASUREMENT_KEY, SkillEffect
 from skilld.log import configure_logging
 from skilld.skills.document import SkillDoc, render_skill
 from skilld.skills.usage import UsageStore, format_timestamp, new_record
@@ -199,6 +201,44 @@ def measure_as_a_tick(state_dir: Path) -> float:
         state.close()
 
 
+def measure_a_later_tick(state_dir: Path, seed: int = 11) -> tuple[float, int]:
+    """A later tick's measurement: one more session read, which ran as many command heads
+    as every session does, measured as the tick measures it (only the skills its writes
+    reach); its ms, and how many skills it measured."""
+    rng = random.Random(seed)
+    state = StateDB(state_dir / "state.db")
+    try:
+        reach = watch.Reach(store.generation(state.conn))
+        stamp = (START + timedelta(days=400)).isoformat(timespec="seconds")
+        runs = [
+            ToolRun(seq, stamp, "Bash", f"tool{command} run", True)
+            for seq, command in enumerate(rng.sample(range(COMMANDS), RUNS_PER_SESSION))
+        ]
+        facts = store.SessionFacts(
+            f"{SOURCE}:later", SOURCE, LIBRARY, "github.com/acme/repo0", stamp
+        )
+        with state.transaction() as conn:
+            reach.record(conn, [store.ReadRecord(facts, tally(runs), [])])
+        measured: list[int] = []
+        real = watch.effect_records
+
+        def counting(*args: Any, **kwargs: Any) -> list[SkillEffect]:
+            records = real(*args, **kwargs)
+            measured.append(len(records))
+            return records
+
+        watch.effect_records = counting
+        start = time.perf_counter()
+        try:
+            observation = watch.observe(state, [LIBRARY], min_exposures=MIN_EXPOSURES, reach=reach)
+            watch.record(state, observation)
+        finally:
+            watch.effect_records = real
+        return 1000 * (time.perf_counter() - start), measured[0]
+    finally:
+        state.close()
+
+
 def unkept(state_dir: Path, run: Callable[[], None]) -> Callable[[], None]:
     """`run` with the daemon's kept measurement dropped first, so it measures afresh."""
 
@@ -250,6 +290,7 @@ def main() -> int:
             spent = time.perf_counter() - start
             print(f"built {skills:,} skills, {failures:,} failures in {spent:.1f}s")
         tick = measure_as_a_tick(base / "state")
+        later, reached = measure_a_later_tick(base / "state")
         listing, effect, afresh = best_ms(
             [
                 command(config, "skills", "list", "--json"),
@@ -261,11 +302,12 @@ def main() -> int:
         ratio = effect / listing
         print(
             f"{'skills':>7} {'failures':>10} {'list ms':>8} {'effect ms':>10} {'ratio':>6}"
-            f" {'afresh ms':>10} {'ratio':>6} {'tick ms':>8}"
+            f" {'afresh ms':>10} {'ratio':>6} {'tick ms':>8} {'next tick ms':>13}"
         )
         print(
             f"{skills:>7,} {failures:>10,} {listing:>8.1f} {effect:>10.1f} {ratio:>5.2f}x"
             f" {afresh:>10.1f} {afresh / listing:>5.2f}x {tick:>8.1f}"
+            f" {later:>8.1f} ({reached:,} skills)"
         )
     finally:
         if args.keep is None:

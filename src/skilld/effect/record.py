@@ -16,6 +16,7 @@ import anyio
 
 from skilld.effect import store
 from skilld.effect.extract import COUNTED_CLASSES, extract, utc_iso
+from skilld.effect.watch import Reach
 from skilld.gitinfo import GitContext
 from skilld.transcripts.model import Cursor, ScanResult, SessionRead, Source
 
@@ -58,7 +59,8 @@ def record_session_read(
 class Recorder:
     """The effect rows of one source's reads in a tick: each read is extracted as the tick
     holds it, and all are written in one statement per table when the block that uses the
-    recorder ends without an error (inside the caller's transaction)."""
+    recorder ends without an error (inside the caller's transaction). What they reach is
+    added to `reach`."""
 
     def __init__(
         self,
@@ -66,8 +68,9 @@ class Recorder:
         library: str,
         observe: Callable[[str | None], GitContext | None],
         now: float,
+        reach: Reach,
     ) -> None:
-        self.state, self.library, self.observe = state, library, observe
+        self.state, self.library, self.observe, self.reach = state, library, observe, reach
         self.seen_at = _iso(now)
         self.batch: list[store.ReadRecord] = []
 
@@ -75,6 +78,8 @@ class Recorder:
         """`read`, whose first message is the session's message `first_seq`; `cwd` is where
         the session worked when the read does not say. Inside the caller's transaction."""
         observed = self.observe(getattr(read, "cwd", None) or cwd)
+        if read.reset:
+            self.reach.known = False  # the failures of the replaced file are dropped
         conn = self.state.conn
         record_session_read(conn, read, self.library, first_seq, observed, self.seen_at, self.batch)
 
@@ -83,7 +88,7 @@ class Recorder:
 
     def __exit__(self, error: type[BaseException] | None, *rest: object) -> None:
         if error is None:
-            store.record_reads(self.state.conn, self.batch)
+            self.reach.record(self.state.conn, self.batch)
         self.batch = []
 
     async def history(
@@ -92,14 +97,19 @@ class Recorder:
         """On a source's first look that saw its files (a failed look is no first look), the
         history the backfill window left at its end: see `record_history`."""
         if first_look and (scan.seen or not scan.errors):
+            self.reach.known = False  # what history holds is not counted
             await record_history(self.state, source, self.library, cursors, scan, self.observe)
 
 
-def record_session_loads(state: StateDB, loads: Mapping[tuple[str, str], set[str]]) -> None:
-    """The skills each (library, session) loaded, in one transaction."""
+def record_session_loads(
+    state: StateDB, loads: Mapping[tuple[str, str], set[str]], reach: Reach
+) -> None:
+    """The skills each (library, session) loaded, in one transaction; they are added to
+    `reach`."""
     with state.transaction() as conn:
         for (library, session), names in loads.items():
             store.record_loads(conn, session, library, names)
+            reach.skills.update((library, name) for name in names)
 
 
 async def record_history(

@@ -185,16 +185,18 @@ def measurement_stamp(conn: sqlite3.Connection, *, min_exposures: int) -> list[A
 
 
 def measurement(
-    records: Iterable[SkillEffect], libraries: Sequence[str], stamp: list[Any]
+    rows: list[dict[str, Any]],
+    last_exposures: list[str | None],
+    libraries: Sequence[str],
+    stamp: list[Any],
 ) -> dict[str, Any]:
     """What the daemon keeps of a measurement of every library (`MEASUREMENT_KEY`): each
     skill's row and when it was last exposed (for the overview's week)."""
-    measured = list(records)
     return {
         "stamp": stamp,
         "libraries": list(libraries),
-        "rows": [record.row() for record in measured],
-        "last_exposures": [record.measured.last_exposure for record in measured],
+        "rows": rows,
+        "last_exposures": last_exposures,
     }
 
 

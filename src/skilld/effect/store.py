@@ -87,7 +87,7 @@ def record_read(
     record_reads(conn, [ReadRecord(facts, tally(runs), failures)])
 
 
-def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
+def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> bool:
     """Record what reads of sessions showed, and resolve each session's earlier failures that
     a successful run of its read answers. Idempotent per (session, seq) for failures; a run is
     counted each time it is recorded. One statement per table for all the reads: a tick
@@ -95,9 +95,12 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
 
     Each run and failure row carries its session's agent, repository and first message time
     as effect_sessions holds them after these reads (the rows of earlier reads are brought in
-    step when those change), so the effect report counts exposures by index alone."""
+    step when those change), so the effect report counts exposures by index alone.
+
+    True when the writes reached rows of earlier reads: a session's agent, repository or
+    start changed, or a failure an earlier read recorded was resolved."""
     if not reads:
-        return
+        return False
     _changed(conn)
     sessions = sorted({read.facts.session for read in reads})
     before = _session_columns(conn, sessions)
@@ -156,7 +159,8 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> None:
             f" VALUES (?, ?, {_NULLABLE}, ?, ?, ?, ?, ?, {_NULLABLE}, ?, ?, {_NULLABLE}, ?)",
             failures,
         )
-    _resolve_earlier(conn, first_seq, last_ok)
+    resolved = _resolve_earlier(conn, first_seq, last_ok)
+    return bool(changed) or resolved
 
 
 def _session_columns(
@@ -173,11 +177,11 @@ def _session_columns(
 
 def _resolve_earlier(
     conn: sqlite3.Connection, first_seq: dict[str, int], last_ok: dict[tuple[str, str], int]
-) -> None:
-    """Failures of earlier reads that a success of these reads resolves (a read's own are
-    resolved by `extract`)."""
+) -> bool:
+    """Resolve the failures of earlier reads that a success of these reads resolves (a read's
+    own are resolved by `extract`); whether there were any."""
     if not last_ok:
-        return
+        return False
     pending = conn.execute(
         "SELECT DISTINCT session, command, seq FROM effect_failures WHERE resolved = 0"
         " AND session IN (SELECT value FROM json_each(?))",
@@ -193,6 +197,7 @@ def _resolve_earlier(
         " WHERE session = ? AND command = ? AND seq < ? AND resolved = 0",
         sorted(set(resolved)),
     )
+    return bool(resolved)
 
 
 def forget_from(conn: sqlite3.Connection, session: str, seq: int) -> None:

@@ -4,13 +4,22 @@ and which skills the next window that shows their failure offers for revision.
 
 `observe` reads and decides, `record` writes the events and what the next tick compares
 with (state.db meta), in one transaction.
+
+Measuring every skill costs what the library and its history hold (a third of a second at
+1,000 skills and 100,000 failures), and a tick that reads sessions changes few skills: those
+whose command heads its sessions ran, whose signatures failed, or which they loaded. So a
+tick keeps a `Reach` of what it wrote, and `observe` measures only the skills it reaches,
+keeping the last measurement's rows for the rest, when that measurement saw everything but
+this tick's writes; otherwise (another writer, a replaced file, a new skill) every skill.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from skilld.effect import store
 from skilld.effect.measure import COUNTED_CLASSES
 from skilld.effect.report import (
     MEASUREMENT_KEY,
@@ -19,7 +28,6 @@ from skilld.effect.report import (
     measurement,
     measurement_stamp,
 )
-from skilld.effect.store import window_failures
 from skilld.effect.verdict import needs_revision
 from skilld.state import StateDB
 
@@ -58,6 +66,38 @@ class Observation(NamedTuple):
     measurement: dict[str, Any]
 
 
+class Reach:
+    """What a tick's writes to the effect tables can have changed: the command heads its
+    sessions ran, the signatures that failed, the skills loaded. `known` turns False when a
+    write reached further (a replaced file's failures dropped, a session's agent, repository
+    or start changed, history read on a first look): then every skill is measured."""
+
+    def __init__(self, generation: int) -> None:
+        #: The tables' write generation before the tick wrote to them.
+        self.generation = generation
+        self.commands: set[str] = set()
+        self.signatures: set[str] = set()
+        self.skills: set[tuple[str, str]] = set()
+        self.known = True
+
+    def record(self, conn: sqlite3.Connection, reads: Sequence[store.ReadRecord]) -> None:
+        """Write `reads` (`store.record_reads`) and note what they reach."""
+        if store.record_reads(conn, reads):
+            self.known = False
+        for read in reads:
+            self.commands.update(read.runs)
+            self.signatures.update(failure.signature for failure in read.failures)
+
+    def reaches(self, row: Mapping[str, Any]) -> bool:
+        """Whether these writes can have changed a skill's measured `row`."""
+        if (row["library"], row["name"]) in self.skills:
+            return True
+        return any(
+            failure["command"] in self.commands or failure["signature"] in self.signatures
+            for failure in row["source_failures"]
+        )
+
+
 def _key(library: str, name: str) -> str:
     return f"{library}/{name}"
 
@@ -81,29 +121,32 @@ def verdict_changes(previous: Mapping[str, str], records: Iterable[SkillEffect])
     return changes
 
 
-def revisable(records: Iterable[SkillEffect]) -> dict[str, list[dict[str, str]]]:
+def revisable(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, str]]]:
     """signature -> the skills learned from it that a window showing it offers for revision
-    (`verdict.needs_revision`), with their verdict and evidence."""
+    (`verdict.needs_revision`), with their verdict and evidence, from their measured rows."""
     offers: dict[str, list[dict[str, str]]] = {}
-    for record in records:
-        outcome, counts = record.outcome, record.measured.counts
-        if not needs_revision(outcome.verdict, counts.loaded_failures):
+    for row in rows:
+        loaded_failures = row["after"]["loaded_failures"]
+        if not needs_revision(row["verdict"], loaded_failures):
             continue
-        for signature, _, _ in record.measured.source_failures:
-            offers.setdefault(signature, []).append(
+        for failure in row["source_failures"]:
+            offers.setdefault(failure["signature"], []).append(
                 {
-                    "library": record.library,
-                    "name": record.name,
-                    "verdict": outcome.verdict,
-                    "evidence": outcome.evidence,
-                    "loaded": "yes" if counts.loaded_failures else "no",
+                    "library": row["library"],
+                    "name": row["name"],
+                    "verdict": row["verdict"],
+                    "evidence": row["evidence"],
+                    "loaded": "yes" if loaded_failures else "no",
                 }
             )
     return offers
 
 
-def observe(state: StateDB, libraries: Sequence[str], *, min_exposures: int) -> Observation:
-    """What the effect tables say now against what the last look recorded."""
+def observe(
+    state: StateDB, libraries: Sequence[str], *, min_exposures: int, reach: Reach | None = None
+) -> Observation:
+    """What the effect tables say now against what the last look recorded. With the `reach`
+    of the writes since that look (a tick's), only the skills they reach are measured again."""
     conn = state.conn
     seen = int(state.get_meta(SEEN_KEY, 0) or 0)
     newest = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM effect_failures").fetchone()[0])
@@ -117,12 +160,28 @@ def observe(state: StateDB, libraries: Sequence[str], *, min_exposures: int) -> 
     }
     # Taken before the measurement: a change while it runs makes the stamp stale, not wrong.
     stamp = measurement_stamp(conn, min_exposures=min_exposures)
-    records = effect_records(conn, libraries, min_exposures=min_exposures)
+    kept = _kept(state, libraries, stamp, reach)
+    if kept is None:
+        records = effect_records(conn, libraries, min_exposures=min_exposures)
+        rows = [record.row() for record in records]
+        last_exposures = [record.measured.last_exposure for record in records]
+    else:
+        assert reach is not None
+        rows, last_exposures = kept
+        reached = {
+            (row["library"], row["name"]): index
+            for index, row in enumerate(rows)
+            if reach.reaches(row)
+        }
+        records = effect_records(conn, libraries, min_exposures=min_exposures, names=reached)
+        for record in records:
+            index = reached[(record.library, record.name)]
+            rows[index], last_exposures[index] = record.row(), record.measured.last_exposure
     signatures = {signature for signature, _ in fresh}
     touched = [
-        (record.library, record.name)
-        for record in records
-        if any(signature in signatures for signature, _, _ in record.measured.source_failures)
+        (row["library"], row["name"])
+        for row in rows
+        if any(failure["signature"] in signatures for failure in row["source_failures"])
     ]
     recurred = []
     if touched:
@@ -145,11 +204,28 @@ def observe(state: StateDB, libraries: Sequence[str], *, min_exposures: int) -> 
     return Observation(
         changes=verdict_changes(previous, records),
         recurred=recurred,
-        verdicts={_key(r.library, r.name): r.outcome.verdict for r in records},
-        revise=revisable(records),
+        verdicts={_key(row["library"], row["name"]): row["verdict"] for row in rows},
+        revise=revisable(rows),
         seen=newest,
-        measurement=measurement(records, libraries, stamp),
+        measurement=measurement(rows, last_exposures, libraries, stamp),
     )
+
+
+def _kept(
+    state: StateDB, libraries: Sequence[str], stamp: list[Any], reach: Reach | None
+) -> tuple[list[dict[str, Any]], list[str | None]] | None:
+    """The last measurement's rows and last exposures when they differ from today's only by
+    what `reach` says was written since: taken of the same libraries, under the same stamp but
+    for the effect tables' generation, which was the one `reach` started from."""
+    if reach is None or not reach.known:
+        return None
+    kept = state.get_meta(MEASUREMENT_KEY, None)
+    if not isinstance(kept, dict) or kept.get("libraries") != list(libraries):
+        return None
+    before = kept.get("stamp")
+    if not isinstance(before, list) or before[1:] != stamp[1:] or before[:1] != [reach.generation]:
+        return None
+    return list(kept["rows"]), list(kept["last_exposures"])
 
 
 def record(state: StateDB, observation: Observation) -> None:
@@ -205,7 +281,7 @@ def window_offers(
     for revision: those learned from a real or hook failure the window shows again."""
     signatures = {
         failure.signature
-        for failure in window_failures(state.conn, session, first_message, last_message)
+        for failure in store.window_failures(state.conn, session, first_message, last_message)
         if failure.cls in COUNTED_CLASSES
     }
     return revision_offers(state, library, sorted(signatures))

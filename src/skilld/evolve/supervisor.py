@@ -34,6 +34,7 @@ import anyio
 
 from skilld.app import App
 from skilld.config import backfill_cutoff
+from skilld.effect import store as effect_store
 from skilld.effect import watch as effect_watch
 from skilld.effect.record import Recorder, record_session_loads, window_history
 from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
@@ -154,6 +155,9 @@ class Evolver:
         self._cursors: dict[str, dict[str, dict[str, Any]]] = {}
         #: What the repository of each working directory holds, read once per tick.
         self._observed: dict[str, GitContext | None] = {}
+        #: What this tick wrote to the effect tables, for its measurement (no tick yet: none
+        #: that a kept measurement could have missed only).
+        self._reach = effect_watch.Reach(generation=-1)
 
     # -- the tick ----------------------------------------------------------------------------
 
@@ -161,6 +165,7 @@ class Evolver:
         report = TickReport(started_at=self.clock())
         self._listings.clear()
         self._observed.clear()
+        self._reach = effect_watch.Reach(effect_store.generation(self.app.state.conn))
         for binding in self.sources:
             await self._ingest(binding, report)
         if report.messages_read:
@@ -182,7 +187,9 @@ class Evolver:
         for revision (skilld.effect.watch)."""
         libraries = [library.name for library in self.app.all_libraries()]
         min_exposures = self.config.effect.min_exposures
-        observation = effect_watch.observe(self.app.state, libraries, min_exposures=min_exposures)
+        observation = effect_watch.observe(
+            self.app.state, libraries, min_exposures=min_exposures, reach=self._reach
+        )
         effect_watch.record(self.app.state, observation)
 
     def _report_outage(self, outage: Outage, report: TickReport) -> None:
@@ -216,7 +223,8 @@ class Evolver:
         now = self.clock()
         signals: list[tuple[SkillSignal, str, str | None]] = []  # (signal, session, cwd)
         library = self.app.libraries[binding.library]
-        with state.transaction(), Recorder(state, binding.library, self._observe, now) as recorder:
+        recorder = Recorder(state, binding.library, self._observe, now, self._reach)
+        with state.transaction(), recorder:
             for read in scan.reads:
                 session = state.session(read.session) or SessionState(
                     key=read.session,
@@ -319,7 +327,7 @@ class Evolver:
                         for key, m in last_use.items()
                     },
                 )
-        record_session_loads(self.app.state, loads)
+        record_session_loads(self.app.state, loads, self._reach)
 
     # -- gate and reflect ----------------------------------------------------------------------
 
