@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-SCRIPTS = sorted(BENCH.glob("*.py"))
+SCRIPTS = sorted(path for path in BENCH.glob("*.py") if not path.name.startswith("_"))
 
 
 def test_the_benchmarks_are_found() -> None:
@@ -46,7 +46,8 @@ def test_the_tick_bench_reads_a_folder_of_claude_code_sessions(tmp_path: Path) -
     write = (
         "import sys; sys.path.insert(0, sys.argv[1]); import tick\n"
         "for i in range(2):\n"
-        "    open(f'{sys.argv[2]}/s{i}.jsonl', 'w').write(tick.claude_code_session(i, 'x'))\n"
+        "    text, _ = tick.session_text(i, 'x', 'claude-code', 'mixed')\n"
+        "    open(f'{sys.argv[2]}/s{i}.jsonl', 'w').write(text)\n"
     )
     subprocess.run([sys.executable, "-c", write, str(BENCH), str(sessions)], check=True)
     env = {key: value for key, value in os.environ.items() if not key.startswith("SKILLD_")}
@@ -56,4 +57,4 @@ def test_the_tick_bench_reads_a_folder_of_claude_code_sessions(tmp_path: Path) -
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert "read sessions/*.jsonl claude-code sessions" in run.stdout
+    assert "read sessions/*.jsonl claude-code" in run.stdout
