@@ -39,14 +39,19 @@ def record_as_a_tick(
     signature: str | None,
     loaded: tuple[str, ...] = (),
     repository: str | None = REPOSITORY,
+    *,
+    first: int = 1,
+    fixed: bool = True,
 ) -> None:
-    """A read of `session` recorded as a tick's Recorder records it, into `reach`: it ran
-    `command`, failing first with `signature` when one is given, and loaded `loaded`."""
-    runs = [ToolRun(2, when, "Bash", command, True)]
+    """A read of `session` (its messages from `first` on) recorded as a tick's Recorder
+    records it, into `reach`: it ran `command`, failing first with `signature` when one is
+    given, then running it again (`fixed`), and loaded `loaded`."""
+    runs = [ToolRun(first + 1, when, "Bash", command, True)] if fixed else []
     failures: list[Failure] = []
     if signature is not None:
-        runs.append(ToolRun(1, when, "Bash", command, False))
-        failures.append(push_failure(1, signature=signature)._replace(ts=when, command=command))
+        runs.append(ToolRun(first, when, "Bash", command, False))
+        failure = push_failure(first, resolved=fixed, signature=signature)
+        failures.append(failure._replace(ts=when, command=command))
     facts = store.SessionFacts(session, "claude-code", LIBRARY, repository, when)
     read = store.ReadRecord(facts, tally(runs), failures)
     with state.transaction() as conn:
@@ -130,11 +135,11 @@ def test_a_tick_measures_only_the_skills_its_writes_reach(
     state.close()
 
 
-def test_a_session_that_learns_its_repository_reaches_every_skill(
+def test_a_session_that_learns_its_repository_reaches_what_it_ran(
     tmp_path: Path, measured: list[int | None]
 ) -> None:
     """A session read again with the repository it lacked changes the rows of every command
-    it ran before: the reach is unknown, every skill measured."""
+    it ran before: those reach their skills (here the push it ran earlier, not this read's)."""
     clock = Clock()
     state = StateDB(tmp_path / "state.db", clock=clock)
     learned_skills(state, clock)
@@ -143,20 +148,48 @@ def test_a_session_that_learns_its_repository_reaches_every_skill(
     record_as_a_tick(state, reach, "claude-code:b", when, "git push", None, repository=None)
     look(state, reach)
     reach = Reach(store.generation(state.conn))
-    record_as_a_tick(state, reach, "claude-code:b", when, "ls", None)
-    assert not reach.known
+    record_as_a_tick(state, reach, "claude-code:b", when, "ls", None, first=10)
+    assert reach.sessions == {"claude-code:b"}
     kept = look(state, reach)
-    assert measured[-1] is None
+    assert measured[-1] == 1
     assert kept.measurement["rows"] == full(state)[0]
+    state.close()
+
+
+def test_a_failure_resolved_later_reaches_the_skill_learned_before_the_fix(
+    tmp_path: Path, measured: list[int | None]
+) -> None:
+    """A skill learned from a window whose failure was not yet fixed has no source failure;
+    the session's later read fixes it, and the skill learned there is measured again."""
+    clock = Clock()
+    state = StateDB(tmp_path / "state.db", clock=clock)
+    learned_skills(state, clock)
+    source, when = "claude-code:late", day(10).isoformat()
+    make = ("make build", "sig-make")
+    record_as_a_tick(state, Reach(0), source, when, *make, fixed=False)
+    learn_skill(state, clock, "make-build", source, day(10.5))
+    (before,) = [
+        row for row in look(state, None).measurement["rows"] if row["name"] == "make-build"
+    ]
+    assert before["source_failures"] == []
+    reach = Reach(store.generation(state.conn))
+    record_as_a_tick(state, reach, source, day(10.6).isoformat(), make[0], None, first=10)
+    kept = look(state, reach)
+    assert measured[-1] == 1
+    assert kept.measurement["rows"] == full(state)[0]
+    (after,) = [row for row in kept.measurement["rows"] if row["name"] == "make-build"]
+    assert [failure["signature"] for failure in after["source_failures"]] == ["sig-make"]
     state.close()
 
 
 SESSION = st.tuples(
     st.integers(0, len(COMMANDS)),  # the command: a skill's, or "ls"
     st.booleans(),  # failed first
+    st.booleans(),  # ran it again
     st.sets(st.sampled_from(SKILLS), max_size=2),  # loaded
     st.integers(-3, 30),  # the day
-    st.sampled_from([REPOSITORY, "github.com/acme/other"]),
+    st.sampled_from([REPOSITORY, "github.com/acme/other", None]),
+    st.integers(0, 9),  # below 5: read a session again (the lower, the older; 0: a source)
 )
 
 
@@ -165,26 +198,35 @@ SESSION = st.tuples(
 def test_the_kept_rows_are_a_fresh_measurement(
     tmp_path_factory: pytest.TempPathFactory, ticks: list[list[Any]]
 ) -> None:
-    """Ticks of sessions of any commands, failing or not, loading skills or not, before and
-    after the skills: after each, the kept rows, last exposures, verdicts and revision offers
-    are what measuring every skill gives."""
+    """Ticks of sessions of any commands, failing or not, fixed or not, loading skills or not,
+    before and after the skills, new or read again (a source session too: its failures
+    resolved, its repository learned): after each, the kept rows, last exposures, verdicts and
+    revision offers are what measuring every skill gives."""
     clock = Clock()
     state = StateDB(tmp_path_factory.mktemp("watch") / "state.db", clock=clock)
     learned_skills(state, clock)
     look(state, None)
+    sessions = [f"claude-code:src-{n}" for n in range(len(SKILLS))]
     for number, tick in enumerate(ticks):
         reach = Reach(store.generation(state.conn))
-        for n, (command, failed, loaded, when, repository) in enumerate(tick):
+        for n, (command, failed, fixed, loaded, when, repository, again) in enumerate(tick):
             head, signature = COMMANDS[command] if command < len(COMMANDS) else ("ls", "sig-ls")
+            if again < 5:  # a later read: its repository learned, an earlier failure resolved
+                session = sessions[again * len(sessions) // 5]
+            else:
+                session = f"claude-code:t{number}-{n}"
+                sessions.append(session)
             record_as_a_tick(
                 state,
                 reach,
-                f"claude-code:t{number}-{n}",
+                session,
                 day(when).isoformat(),
                 head,
                 signature if failed else None,
                 tuple(sorted(loaded)),
                 repository,
+                first=100 * (number + 1) + 10 * n,
+                fixed=fixed,
             )
         observation = look(state, reach)
         rows, last_exposures = full(state)
@@ -235,8 +277,9 @@ async def test_the_ticks_keep_a_fresh_measurement(
     tmp_path: Path, fake_llm: FakeLLM, measured: list[int | None]
 ) -> None:
     """Real ticks (the Recorder's reach, the loads, the watch): after each the kept rows are a
-    fresh measurement, and a tick measures every skill only when its writes reached rows of
-    earlier reads (a resolution, a repository learned) or the skills changed."""
+    fresh measurement, and a tick measures the skills its writes reach, those of what a
+    session whose earlier rows changed ran (a resolution, a repository learned) included,
+    and every skill only when the skills changed."""
     shop = str(checkout(tmp_path / "shop", "https://github.com/acme/shop.git"))
     sessions = tmp_path / "sessions"
     now = datetime.now(UTC)
@@ -269,10 +312,10 @@ async def test_the_ticks_keep_a_fresh_measurement(
         write_session(sessions, "a1", timed(pushed(fails=True, fixes=False), now, shop))
         await tick(None)  # a skill written since the last measurement
         write_session(sessions, "a1", timed(pushed(fails=False), now, shop))
-        await tick(None)  # a1's failure resolved by a later read
+        await tick(1)  # a1's failure resolved by a later read: what a1 ran, the push
         write_session(sessions, "a2", timed(listed(), now + timedelta(hours=1), shop))
         await tick(0)  # what no skill was learned from
         write_session(sessions, "a3", timed(pushed(fails=False), now + timedelta(hours=2), None))
         await tick(1)  # a push: the skill
         write_session(sessions, "a3", timed(listed(), now + timedelta(hours=2), shop))
-        await tick(None)  # a3's repository learned: its push counts for the skill now
+        await tick(1)  # a3's repository learned: what a3 ran, the push

@@ -379,6 +379,21 @@ def windowed_skills(conn: sqlite3.Connection, libraries: Sequence[str]) -> list[
     return sorted((library, name) for library, name in rows)
 
 
+def skills_learned_in(conn: sqlite3.Connection, sessions: Iterable[str]) -> set[tuple[str, str]]:
+    """The (library, name) of every skill with a version learned from a window of one of
+    `sessions` (what `_versions` finds)."""
+    wanted = _json_list(sorted(sessions))
+    rows = conn.execute(
+        "SELECT library, skill FROM events INDEXED BY events_learned"
+        f" WHERE kind IN {LEARNING_KINDS_SQL} AND json_type(detail, '$.messages[0]') = 'integer'"
+        " AND session IN (SELECT value FROM json_each(?)) AND skill IS NOT NULL"
+        " UNION SELECT library, name FROM provenance"
+        " WHERE session IN (SELECT value FROM json_each(?))",
+        (wanted, wanted),
+    ).fetchall()
+    return {(library, name) for library, name in rows}
+
+
 def _versions(
     conn: sqlite3.Connection, skills: Mapping[tuple[str, str], str | None]
 ) -> dict[tuple[str, str], list[Version]]:

@@ -87,7 +87,7 @@ def record_read(
     record_reads(conn, [ReadRecord(facts, tally(runs), failures)])
 
 
-def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> bool:
+def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> set[str]:
     """Record what reads of sessions showed, and resolve each session's earlier failures that
     a successful run of its read answers. Idempotent per (session, seq) for failures; a run is
     counted each time it is recorded. One statement per table for all the reads: a tick
@@ -97,10 +97,10 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> bool:
     as effect_sessions holds them after these reads (the rows of earlier reads are brought in
     step when those change), so the effect report counts exposures by index alone.
 
-    True when the writes reached rows of earlier reads: a session's agent, repository or
-    start changed, or a failure an earlier read recorded was resolved."""
+    Returns the sessions whose rows of earlier reads the writes changed: their agent,
+    repository or start, or a failure an earlier read recorded, now resolved."""
     if not reads:
-        return False
+        return set()
     _changed(conn)
     sessions = sorted({read.facts.session for read in reads})
     before = _session_columns(conn, sessions)
@@ -159,8 +159,7 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> bool:
             f" VALUES (?, ?, {_NULLABLE}, ?, ?, ?, ?, ?, {_NULLABLE}, ?, ?, {_NULLABLE}, ?)",
             failures,
         )
-    resolved = _resolve_earlier(conn, first_seq, last_ok)
-    return bool(changed) or resolved
+    return {session for *_, session in changed} | _resolve_earlier(conn, first_seq, last_ok)
 
 
 def _session_columns(
@@ -177,11 +176,11 @@ def _session_columns(
 
 def _resolve_earlier(
     conn: sqlite3.Connection, first_seq: dict[str, int], last_ok: dict[tuple[str, str], int]
-) -> bool:
+) -> set[str]:
     """Resolve the failures of earlier reads that a success of these reads resolves (a read's
-    own are resolved by `extract`); whether there were any."""
+    own are resolved by `extract`); the sessions they belong to."""
     if not last_ok:
-        return False
+        return set()
     pending = conn.execute(
         "SELECT DISTINCT session, command, seq FROM effect_failures WHERE resolved = 0"
         " AND session IN (SELECT value FROM json_each(?))",
@@ -197,7 +196,7 @@ def _resolve_earlier(
         " WHERE session = ? AND command = ? AND seq < ? AND resolved = 0",
         sorted(set(resolved)),
     )
-    return bool(resolved)
+    return {session for session, _, _ in resolved}
 
 
 def forget_from(conn: sqlite3.Connection, session: str, seq: int) -> None:
@@ -217,6 +216,22 @@ def record_loads(
     conn.executemany(
         "INSERT OR IGNORE INTO effect_loads(session, library, name) VALUES (?, ?, ?)", rows
     )
+
+
+def session_heads(conn: sqlite3.Connection, sessions: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The command heads `sessions` ran and the signatures that failed in them."""
+    wanted = (json.dumps(sorted(sessions)),)
+    commands = conn.execute(
+        "SELECT DISTINCT command FROM effect_runs"
+        " WHERE session IN (SELECT value FROM json_each(?))",
+        wanted,
+    ).fetchall()
+    signatures = conn.execute(
+        "SELECT DISTINCT signature FROM effect_failures"
+        " WHERE session IN (SELECT value FROM json_each(?))",
+        wanted,
+    ).fetchall()
+    return {row[0] for row in commands}, {row[0] for row in signatures}
 
 
 def window_failures(

@@ -27,6 +27,7 @@ from skilld.effect.report import (
     effect_records,
     measurement,
     measurement_stamp,
+    skills_learned_in,
 )
 from skilld.effect.verdict import needs_revision
 from skilld.state import StateDB
@@ -68,9 +69,11 @@ class Observation(NamedTuple):
 
 class Reach:
     """What a tick's writes to the effect tables can have changed: the command heads its
-    sessions ran, the signatures that failed, the skills loaded. `known` turns False when a
-    write reached further (a replaced file's failures dropped, a session's agent, repository
-    or start changed, history read on a first look): then every skill is measured."""
+    sessions ran, the signatures that failed, the skills loaded, and the sessions whose earlier
+    rows changed (their agent, repository or start; a failure resolved), which reach every
+    command and signature of theirs and every skill learned in them. `known` turns False when
+    a write reached further (a replaced file's failures dropped, history read on a first
+    look): then every skill is measured."""
 
     def __init__(self, generation: int) -> None:
         #: The tables' write generation before the tick wrote to them.
@@ -78,15 +81,25 @@ class Reach:
         self.commands: set[str] = set()
         self.signatures: set[str] = set()
         self.skills: set[tuple[str, str]] = set()
+        self.sessions: set[str] = set()
         self.known = True
 
     def record(self, conn: sqlite3.Connection, reads: Sequence[store.ReadRecord]) -> None:
         """Write `reads` (`store.record_reads`) and note what they reach."""
-        if store.record_reads(conn, reads):
-            self.known = False
+        self.sessions |= store.record_reads(conn, reads)
         for read in reads:
             self.commands.update(read.runs)
             self.signatures.update(failure.signature for failure in read.failures)
+
+    def widen(self, conn: sqlite3.Connection) -> None:
+        """Add what the sessions whose earlier rows changed reach (read back from the tables,
+        after the tick's writes)."""
+        if self.sessions:
+            commands, signatures = store.session_heads(conn, self.sessions)
+            self.commands |= commands
+            self.signatures |= signatures
+            self.skills |= skills_learned_in(conn, self.sessions)
+            self.sessions = set()
 
     def reaches(self, row: Mapping[str, Any]) -> bool:
         """Whether these writes can have changed a skill's measured `row`."""
@@ -167,6 +180,7 @@ def observe(
         last_exposures = [record.measured.last_exposure for record in records]
     else:
         assert reach is not None
+        reach.widen(conn)
         rows, last_exposures = kept
         reached = {
             (row["library"], row["name"]): index
