@@ -241,13 +241,15 @@ _BRANCH_HINTS = ("branch", "upstream", "checkout", "switch", "ref", "origin/")
 def shell_script(tool: str, arguments: str) -> str | None:
     """The shell text of a call whose arguments name one (`command` or `cmd`: a string or an
     argv list), else None."""
-    if tool in NOT_SHELL_TOOLS or not _names_a_script(arguments):
-        return None
-    return _shell_script(arguments)
+    return _shell_script(arguments) if _names_a_script(tool, arguments) else None
 
 
-def _names_a_script(arguments: str) -> bool:
-    return arguments.startswith("{") and ('"command"' in arguments or '"cmd"' in arguments)
+def _names_a_script(tool: str, arguments: str) -> bool:
+    """Whether a call may hold a shell command: not an agent's own tool, and arguments with a
+    `command` or `cmd` key."""
+    if tool in NOT_SHELL_TOOLS or not arguments.startswith("{"):
+        return False
+    return '"command"' in arguments or '"cmd"' in arguments
 
 
 def _shell_script(arguments: str) -> str | None:
@@ -275,9 +277,7 @@ def _decoded_script(arguments: str) -> str | None:
 
 def call_heads(tool: str, arguments: str) -> tuple[str, ...]:
     """The heads of a shell call's script (see `script_heads`); () for another tool's call."""
-    if tool in NOT_SHELL_TOOLS or not _names_a_script(arguments):
-        return ()
-    return _call_heads(arguments)
+    return _call_heads(arguments) if _names_a_script(tool, arguments) else ()
 
 
 @functools.lru_cache(maxsize=4096)
