@@ -23,7 +23,6 @@ failed write of this machine never gives up a window: it waits until the fault i
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -36,7 +35,7 @@ from skilld.app import App
 from skilld.config import backfill_cutoff
 from skilld.effect import store as effect_store
 from skilld.effect import watch as effect_watch
-from skilld.effect.record import Recorder, record_session_loads, window_history
+from skilld.effect.record import Recorder, window_history
 from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
 from skilld.evolve._judge import (
     Failed,
@@ -70,6 +69,7 @@ from skilld.evolve.report import (
 from skilld.evolve.review import ReviewQueue
 from skilld.evolve.settlement import candidate_of
 from skilld.evolve.settler import Settler
+from skilld.evolve.signal_counts import count_signals
 from skilld.evolve.window import (
     delimit,
     encode_message,
@@ -86,7 +86,6 @@ from skilld.skills.library import (
     Library,
     SkillEntry,
 )
-from skilld.skills.usage import happened_at
 from skilld.state import Held, KeptProposal, SessionState
 from skilld.transcripts.model import Message, SkillSignal
 from skilld.transcripts.normalise import cut_text
@@ -287,16 +286,11 @@ class Evolver:
     def _count_signals(
         self, user: Library, signals: list[tuple[SkillSignal, str, str | None]]
     ) -> None:
-        """Bump each signal in the library that holds its skill: the one whose file was read,
+        """Count each signal in the library that holds its skill: the one whose file was read,
         else the session's project library when the name is there, else its user library.
         Names no library holds are not skills."""
-        bumps: dict[str, tuple[Library, list[tuple[str, str, datetime | None]]]] = {}
-        uses: dict[str, Counter[tuple[str, str]]] = {}
-        now = datetime.fromtimestamp(self.clock(), UTC)
-        #: When each (skill, session) last used it: the transcript's time, not the reading's.
-        last_use: dict[tuple[str, str], datetime] = {}
-        loads: dict[tuple[str, str], set[str]] = {}  # (library, session) -> skills it loaded
         names = {entry.name for entry in self._listing(user) if entry.root == user.root}
+        found: list[tuple[SkillSignal, str, Library]] = []
         for signal, session, cwd in signals:
             target: Library | None = None
             if signal.skills_dir is not None:
@@ -307,27 +301,10 @@ class Evolver:
                     target = project
                 elif signal.name in names:
                     target = user
-            if target is None or target.entry(signal.name) is None:
-                continue
-            at = happened_at(signal.at, now)
-            bumps.setdefault(target.name, (target, []))[1].append((signal.name, signal.kind, at))
-            loads.setdefault((target.name, session), set()).add(signal.name)
-            if signal.kind == "use":
-                uses.setdefault(target.name, Counter())[(signal.name, session)] += 1
-                key = (signal.name, session)
-                last_use[key] = max(at, last_use.get(key, at))
-        for name, (library, batch) in bumps.items():
-            library.usage.bump_dated(batch)
-            if name in uses:
-                self.app.state.record_uses(
-                    name,
-                    uses[name],
-                    {
-                        key: m.astimezone(UTC).isoformat(timespec="seconds")
-                        for key, m in last_use.items()
-                    },
-                )
-        record_session_loads(self.app.state, loads, self._reach)
+            if target is not None and target.entry(signal.name) is not None:
+                found.append((signal, session, target))
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        count_signals(self.app.state, found, now, self._reach)
 
     # -- gate and reflect ----------------------------------------------------------------------
 
