@@ -37,7 +37,7 @@ def closed_port() -> int:
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("https://x-access-token:Abc123@h/acme/s.git", "https://x-access-token:****@h/acme/s.git"),
+        ("https://x-access-token:Abc123@h/acme/s.git", "https://****:****@h/acme/s.git"),
         (f"https://{USER_TOKEN}@h/s.git", "https://****@h/s.git"),
         ("ssh://git@h/s.git", "ssh://git@h/s.git"),
         ("https://h/s?tok=1&x=2&Signature=3&access_token=4", "https://h/s?tok=****&x=2&Signature=****&access_token=****"),
@@ -67,7 +67,7 @@ def test_a_token_in_a_team_remote_is_never_printed_or_stored(workspace: Workspac
         result = workspace.cli(*command)
         said.append(result.stdout + result.stderr)
     joined = "\n".join(said)
-    assert "syncs with https://me:****@127.0.0.1:9/other.git?sig=****" in joined
+    assert "syncs with https://****:****@127.0.0.1:9/other.git?sig=****" in joined
     assert "tok=****" in joined and "https://****@127.0.0.1" in joined
     process = workspace.popen("web", "--port", "0", SKILLD_WEB_TOKEN=WEB_TOKEN)
     try:

@@ -23,6 +23,7 @@ from skilld.sync.manifest import (
     render_manifest,
 )
 from skilld.sync.messages import change_message, trailers
+from skilld.sync.remote import split_credentials
 from skilld.sync.resolve import (
     FIRST_PUSHED_WINS,
     HAND_BEATS_MANAGED,
@@ -229,3 +230,26 @@ def test_a_git_failure_reads_as_one_line() -> None:
     )
     assert one_line_reason(stderr, "fallback") == "'x' does not appear to be a git repository"
     assert one_line_reason("", "fallback") == "fallback"
+
+
+@pytest.mark.parametrize(
+    ("remote", "told", "credentials"),
+    [
+        ("https://u%40co:p%3Aw@h:8/a?x=1", "https://h:8/a?x=1", ("https://h:8/", "u@co", "p:w")),
+        ("http://Lone@[::1]:3/p#f", "http://[::1]:3/p#f", ("http://[::1]:3/", "Lone", "")),
+        ("https://h/a.git", "https://h/a.git", None),
+        ("ssh://git@h/a.git", "ssh://git@h/a.git", None),
+        ("git@h:a.git", "git@h:a.git", None),
+    ],
+)  # fmt: skip
+def test_git_is_told_the_url_without_its_credentials(
+    remote: str, told: str, credentials: tuple[str, str, str] | None
+) -> None:
+    url, given = split_credentials(remote)
+    assert url == told
+    if credentials is None:
+        assert given is None
+    else:
+        assert given is not None
+        assert (given.scope, given.username, given.password) == credentials
+        assert repr(given) == f"Credentials(scope={given.scope!r})"  # never in a log line

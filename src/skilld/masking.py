@@ -16,17 +16,20 @@ import urllib.parse
 SECRET_QUERY_WORDS = ("tok", "key", "pass", "pwd", "secret", "sig", "auth", "credential")
 # Patterns are compiled on first use (by `re`'s cache): `status` imports this module and most
 # installations have no team remote to mask.
-#: A user name kept as it is (`git@`, `alice@`): letters and `._-` only. Anything else in the
-#: user info (a token used as the user name, a password) is masked.
+#: An ssh login kept as it is (`ssh://git@host/`): letters and `._-` only. In any other URL the
+#: whole user info is masked, whatever it looks like: an https server takes the token as the
+#: user name (`https://TOKEN@host/`, `https://TOKEN:x-oauth-basic@host/`) as well as the
+#: password, and a short token of letters alone looks like any user name.
 _PLAIN_USER = r"[A-Za-z._-]{1,32}"
+_LOGIN_SCHEMES = ("ssh", "git+ssh", "ssh+git")
 _MASK = "****"
 _URL_USERINFO = r"://[^/?#\s]*@"
 _URL_IN_TEXT = r"[A-Za-z][A-Za-z0-9+.-]{0,30}+://[^\s'\"<>`]++"
 
 
 def masked_url(url: str) -> str:
-    """`url` as it may be printed, logged or stored: user info other than a plain user name
-    masked, and secret-looking query and fragment values."""
+    """`url` as it may be printed, logged or stored: its user info masked (but a plain ssh
+    login), and secret-looking query and fragment values; the host and path as they are."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
@@ -34,7 +37,8 @@ def masked_url(url: str) -> str:
     userinfo, at, hostport = parts.netloc.rpartition("@")
     if at:
         user, colon, _ = userinfo.partition(":")
-        shown = user if re.fullmatch(_PLAIN_USER, user) else _MASK
+        login = parts.scheme.lower() in _LOGIN_SCHEMES and re.fullmatch(_PLAIN_USER, user)
+        shown = user if login else _MASK
         netloc = f"{shown}{':' + _MASK if colon else ''}@{hostport}"
         parts = parts._replace(netloc=netloc)
     parts = parts._replace(query=_masked_pairs(parts.query), fragment=_masked_pairs(parts.fragment))

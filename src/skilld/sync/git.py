@@ -4,8 +4,9 @@ skilld's git must behave identically on every machine, whatever its user configu
 global and system config are never read (`GIT_CONFIG_GLOBAL=/dev/null`, `GIT_CONFIG_NOSYSTEM`),
 nor their global excludes and attributes files (git reads those from `~/.config/git` even
 without a global config), hooks never run, nothing is signed, and nothing ever prompts: a
-password prompt would hang a daemon forever, so credentials come from ssh keys or the
-repository's own config, and ssh runs in batch mode. Every call has a timeout; on expiry the
+password prompt would hang a daemon forever, so credentials come from ssh keys, the
+repository's own config, or the `Credentials` a remote's URL carried in skilld's config (see
+`Credentials`), and ssh runs in batch mode. Every call has a timeout; on expiry the
 whole process group is killed (git's ssh or https helper included). Commits are authored and
 committed by `skilld <skilld@HOST>`.
 
@@ -20,7 +21,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from skilld.masking import mask_urls
@@ -40,6 +41,14 @@ _FORCED_CONFIG: tuple[tuple[str, str], ...] = (
     ("advice.detachedHead", "false"),
 )
 _DEFAULT_SSH = "ssh"
+_USERNAME_VARIABLE = "SKILLD_GIT_USERNAME"
+_PASSWORD_VARIABLE = "SKILLD_GIT_PASSWORD"
+#: A credential helper that answers git's `get` from the environment (and ignores `store` and
+#: `erase`): the secret is never on a command line, which any user may read in /proc.
+_ENVIRONMENT_HELPER = (
+    f"!f() {{ test \"$1\" = get && printf 'username=%s\\npassword=%s\\n'"
+    f' "${_USERNAME_VARIABLE}" "${_PASSWORD_VARIABLE}"; }}; f'
+)
 _KILL_GRACE_SECONDS = 2.0
 
 
@@ -76,6 +85,30 @@ class GitResult:
     @property
     def line(self) -> str:
         return self.text.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """The user info of a remote's URL, given to git at run time only: the URL git is told
+    (and keeps in `.git/config`) has none. git asks for them when the server answers 401."""
+
+    scope: str  # `scheme://host[:port]/`: the one server they are offered to
+    username: str = field(repr=False)
+    password: str = field(repr=False)  # may be empty: a token given as the user name
+
+
+def credential_arguments(credentials: Credentials) -> list[str]:
+    """The `-c` settings that make git take `credentials` from the environment: every other
+    helper (the repository's own) is reset, and this one answers for `scope` only, so that a
+    redirect to another server is never handed them."""
+    return [
+        "-c", "credential.helper=",
+        "-c", f"credential.{credentials.scope}.helper={_ENVIRONMENT_HELPER}",
+    ]  # fmt: skip
+
+
+def credential_environment(credentials: Credentials) -> dict[str, str]:
+    return {_USERNAME_VARIABLE: credentials.username, _PASSWORD_VARIABLE: credentials.password}
 
 
 def find_git() -> str:
@@ -137,7 +170,8 @@ class Git:
     """Runs git in one work tree, which is never searched for above `root`."""
 
     def __init__(self, root: Path, host: str, *, timeout: float = 30.0,
-                 network_timeout: float = 120.0) -> None:  # fmt: skip
+                 network_timeout: float = 120.0,
+                 credentials: Credentials | None = None) -> None:  # fmt: skip
         self.root = root
         self.timeout = timeout
         self.network_timeout = network_timeout
@@ -149,6 +183,7 @@ class Git:
         self._config_args = [
             arg for key, value in _FORCED_CONFIG for arg in ("-c", f"{key}={value}")
         ]
+        self._credentials = credentials
 
     @property
     def executable(self) -> str:
@@ -165,10 +200,15 @@ class Git:
         env: Mapping[str, str] | None = None,
     ) -> GitResult:
         """Run `git ARGS` in the root. A non-zero exit raises GitError unless `check` is False;
-        a timeout always raises GitTimeout. `network` selects the longer timeout."""
+        a timeout always raises GitTimeout. `network` selects the longer timeout, and gives
+        git the remote's credentials (no other call needs them)."""
         timeout = self.network_timeout if network else self.timeout
-        command = [self.executable, *self._config_args, *args]
+        config_args = self._config_args
         full_env = self._env if env is None else {**self._env, **env}
+        if network and self._credentials is not None:
+            config_args = [*config_args, *credential_arguments(self._credentials)]
+            full_env = {**full_env, **credential_environment(self._credentials)}
+        command = [self.executable, *config_args, *args]
         process = subprocess.Popen(
             command,
             cwd=self.root,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ from skilld.sync.remote import (
     fetch_branch,
     normalise_remote,
     push_branch,
+    same_remote,
+    split_credentials,
     tracking_ref,
 )
 from skilld.sync.replay import Conflict, replay
@@ -182,13 +185,18 @@ class TeamRepo(WorkTree):
         #: Where a repair moves broken git metadata: never inside the work tree, where a join
         #: would see it. The app passes `<state>/sync-aside`.
         self.aside_dir = aside_dir or root.parent / f".{root.name}.skilld-aside"
+        #: As configured (its credentials too: mask it before showing it); git is told
+        #: `remote_url`, and gets the credentials at run time.
         self.remote = normalise_remote(remote)
+        self.remote_url, credentials = split_credentials(self.remote)
+        self._has_credentials = credentials is not None
         checked_host = check_host(host)
         self.branch = check_branch(branch)
         self.max_push_attempts = max_push_attempts
         self.retry_pause = retry_pause
         self.retry_pause_limit = retry_pause_limit
-        git = Git(root, checked_host, timeout=timeout, network_timeout=network_timeout)
+        git = Git(root, checked_host, timeout=timeout, network_timeout=network_timeout,
+                  credentials=credentials)  # fmt: skip
         super().__init__(root, checked_host, git, max_file_bytes=max_file_bytes)
         self._clock = clock
 
@@ -211,10 +219,11 @@ class TeamRepo(WorkTree):
             self.root.mkdir(parents=True, exist_ok=True)
             self.git.run("init", "--quiet", f"--initial-branch={self.branch}")
             action = "initialised"
+        self._keep_private()
         problems = tuple(self.diagnose())
         if [p.code for p in problems] == ["no-remote"] and self._head() is None:
             # A repository with no commit yet is our own init (perhaps cut short by a crash).
-            self.git.run("remote", "add", "origin", self.remote)
+            self.git.run("remote", "add", "origin", self.remote_url)
             problems = tuple(self.diagnose())
         if problems:
             return SetupResult(action, (), problems)
@@ -233,9 +242,29 @@ class TeamRepo(WorkTree):
         if not self.is_set_up:
             return []
         return diagnose(
-            self.git, self.root, branch=self.branch, remote=self.remote, history=history,
+            self.git, self.root, branch=self.branch, remote=self.remote_url, history=history,
             aside=self.aside_dir,
         )  # fmt: skip
+
+    def _keep_private(self) -> None:
+        """The git dir is its owner's (0700, its config 0600, whatever the umask): its config
+        names the remote, and may hold what a person put there. A URL an older skilld saved
+        with the configured credentials in it is saved again without them (git gets them at
+        run time now); credentials a person set there, with none in skilld's config, stay."""
+        try:
+            git_dir = self._git_dir()
+        except GitError:
+            return  # not a repository: diagnose() says so, with the repair
+        for path, private in ((git_dir, 0o700), (git_dir / "config", 0o600)):
+            if path.exists() and stat.S_IMODE(path.stat().st_mode) != private:
+                path.chmod(private)
+        if not self._has_credentials:
+            return
+        stored = self.git.run("config", "--get", "remote.origin.url", check=False).line
+        if stored and stored != self.remote_url and same_remote(self.remote_url, stored):
+            with self.lock():
+                self.git.run("config", "remote.origin.url", self.remote_url)
+            self._log.info("sync_remote_credentials_removed", root=str(self.root))
 
     def status(self) -> SyncStatus:
         if not self.is_set_up:
@@ -440,6 +469,8 @@ class TeamRepo(WorkTree):
                 setup = self.setup()
                 if setup.problems:
                     return self._report(progress, problems=setup.problems)
+            else:
+                self._keep_private()
             problems = tuple(self.diagnose(history=False))
             if problems:
                 return self._report(progress, problems=problems)
