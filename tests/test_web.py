@@ -439,6 +439,30 @@ def test_every_request_needs_the_token(workspace: Workspace) -> None:
     assert not not_pinned(workspace)
 
 
+def test_no_page_served_without_a_session_carries_the_secret(workspace: Workspace) -> None:
+    """The per-process secret is what a forged post lacks: a page anyone may load (the login
+    form, its refusals, the word a loopback address gets) never shows it."""
+    workspace.write_config()
+    write_skill(workspace, "deploy", "Deploy the service.", "Ship.\n")
+    same_origin = {"origin": ORIGIN}
+    with client_for(workspace, login=False) as client:
+        answers = [
+            client.get("/login"),
+            client.post("/login", data={"token": "wrong"}, headers=same_origin),
+            client.request("PUT", "/login", headers={"sec-fetch-site": "same-origin"}),
+            client.get("/skills/default/deploy", follow_redirects=True),
+            client.get("/skills", headers={"host": "127.0.0.1:8741"}),
+            client.get("/login", headers={"host": "127.0.0.1:8741"}),
+        ]
+        for answer in answers:
+            assert SECRET not in answer.text, answer.request.url
+        assert [answer.status_code for answer in answers] == [200, 401, 405, 200, 403, 403]
+        assert '<input id="token"' in answers[0].text
+        # The login form works without it.
+        logged = client.post("/login", data={"token": TOKEN}, headers=same_origin)
+        assert logged.status_code == 200 and SECRET in client.get("/skills/default/deploy").text
+
+
 def test_the_session_lives_under_the_panel_s_own_name_only(workspace: Workspace) -> None:
     """A browser's session is under `skilld-….localhost` (kept across restarts, so a bookmark
     keeps working); by a loopback address no cookie is set or honoured, a login there is sent
