@@ -659,11 +659,53 @@ def test_hostile_skill_text_is_shown_as_text(panel: TestClient, workspace: Works
         ("vbscript:x", False),
         ("file:///etc/passwd", False),
         ("//evil.example/x", False),
+        ("http://127.1/", False),
+        ("http://2130706433/", False),
+        ("http://0/", False),
+        ("http://[::ffff:127.0.0.1]/", False),
+        ("http://127.0.0.%31/", False),
+        ("http://１２７.０.０.１/", False),
+        ("http://example.com@127.0.0.1/", False),
+        ("http://intranet/", False),
+        ("http://printer.local/", False),
+        ("http://8.8.8.8/dns", True),
+        ("https://github.com/acme/api#readme", True),
     ],
 )
 def test_only_http_and_relative_links_survive(url: str, safe: bool) -> None:
     assert safe_link(url) is safe
     assert ("href" in markdown(f"[x]({url.strip()})")) is safe
+
+
+#: Links a learned skill may hold to this machine or its network: another local user's server
+#: (a cookie for 127.0.0.1 reaches every port of it), a router, a cloud's metadata service.
+LOCAL_LINKS = (
+    "http://127.0.0.1:8741/api/status",
+    "http://127.0.0.1:9999/",
+    "http://localhost:3000/",
+    "http://10.0.0.1/admin",
+    "http://192.168.1.1/",
+    "http://172.16.0.1/",
+    "http://172.31.255.254/",
+    "http://[::1]:8080/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://skilld-0123456789abcdef.localhost:8741/",
+    "http://evil.localhost/",
+)
+
+
+def test_links_to_this_machine_or_its_network_are_shown_not_live(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    links = [f"[local {n}]({url})" for n, url in enumerate(LOCAL_LINKS)]
+    body = "\n\n".join([*links, "<http://127.0.0.1:9999/auto>", "[docs](https://example.com/d)"])
+    write_skill(workspace, "links", "Links everywhere.", body + "\n")
+    page = panel.get("/skills/default/links").text
+    hrefs = re.findall(r'href="([^"]*)"', page)
+    assert "https://example.com/d" in hrefs  # a public link stays live
+    for url in (*LOCAL_LINKS, "http://127.0.0.1:9999/auto"):
+        assert not [href for href in hrefs if urlsplit(url).netloc in href], url
+        assert url in page  # shown, as text
 
 
 # -- the command -----------------------------------------------------------------------------
