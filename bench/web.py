@@ -69,7 +69,7 @@ from skilld.skills.document import SkillDoc, render_skill
 from skilld.skills.usage import USAGE_FILE, format_timestamp, new_record
 from skilld.state import StateDB
 from skilld.web.panel import guarded_app
-from skilld.web.security import Access, allowed_hosts
+from skilld.web.security import access_rules
 from skilld.web.serve import PanelServer, bind
 
 LIBRARY = "default"
@@ -184,7 +184,7 @@ def serving(config: Config) -> Iterator[str]:
     """The panel on a free loopback port, in a thread; yields its URL."""
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    access = Access(allowed_hosts(["127.0.0.1"], port), BENCH_TOKEN, "bench")
+    access = access_rules(["127.0.0.1"], "bench.localhost", "127.0.0.1", port, BENCH_TOKEN, "bench")
     server = PanelServer(
         uvicorn.Config(guarded_app(config, access), log_level="error", lifespan="off")
     )

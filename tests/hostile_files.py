@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from tests.conftest import Workspace
+from tests.loopback import browser_like
 
 #: A sparse file's size: 1 GiB, which costs nothing on disk and must never be read whole.
 SPARSE_BYTES = 1 << 30
@@ -210,7 +211,7 @@ def running_panel(workspace: Workspace) -> Iterator[Panel]:
     process, url = start_panel(workspace)
     try:
         base = url.split("?", 1)[0]
-        with httpx.Client(base_url=base, timeout=PAGE_SECONDS, follow_redirects=True) as client:
+        with browser_like(base_url=base, timeout=PAGE_SECONDS, follow_redirects=True) as client:
             client.get(url)
             yield Panel(process.pid, client)
     finally:

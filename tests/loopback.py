@@ -1,6 +1,7 @@
 """The base of the tests' loopback HTTP servers (tests/fakellm.py, tests/interop/loopback.py):
 a real `ThreadingHTTPServer` on 127.0.0.1 in a background thread, used as a context manager,
-and a quiet HTTP/1.1 handler that answers with a length."""
+and a quiet HTTP/1.1 handler that answers with a length. And a client that reaches the panel's
+own name (`skilld-….localhost`) as a browser does."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
+
+import httpx
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -56,3 +59,27 @@ class LoopbackServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def reachable(host: str) -> str:
+    """The address a browser connects to for `host`: browsers resolve `localhost` and every
+    name under it to loopback themselves (RFC 6761); this machine's resolver may not."""
+    return "127.0.0.1" if host == "localhost" or host.endswith(".localhost") else host
+
+
+class LocalhostTransport(httpx.HTTPTransport):
+    """httpx's transport, connecting to a name under `.localhost` at 127.0.0.1 as a browser
+    does; the `Host` header and the cookie jar still see the name."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        named = request.url
+        request.url = named.copy_with(host=reachable(named.host))
+        try:
+            return super().handle_request(request)
+        finally:
+            request.url = named
+
+
+def browser_like(**options: Any) -> httpx.Client:
+    """An httpx client that reaches `*.localhost` as browsers do (`LocalhostTransport`)."""
+    return httpx.Client(transport=LocalhostTransport(), **options)

@@ -77,7 +77,7 @@ EXPECTED = {
 
 #: Lines that serve until stopped: run on a free port instead of the one shown, each must print
 #: its address (this prefix) and then stop cleanly on SIGINT (exit 0).
-SERVERS = {"skilld web": ("skilld web --port 0", "skilld web: http://127.0.0.1:")}
+SERVERS = {"skilld web": ("skilld web --port 0", "skilld web: http://skilld-")}
 
 
 # -- reading the pages --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import Workspace
+from tests.loopback import reachable
 
 TOKEN = "token-of-the-hostile-clients-test"
 IDLE_SOCKETS = 500
@@ -47,7 +48,7 @@ def panel(workspace: Workspace) -> Iterator[tuple[str, int]]:
         assert process.stdout is not None
         url = urlsplit(process.stdout.readline().removeprefix("skilld web: ").strip())
         assert url.hostname is not None and url.port is not None, process.communicate(timeout=5)
-        yield url.hostname, url.port
+        yield reachable(url.hostname), url.port
     finally:
         process.terminate()
         try:

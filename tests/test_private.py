@@ -11,13 +11,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from skilld.masking import mask_urls, masked_url
 from skilld.state import StateDB
 from tests.conftest import Workspace, conversation, git
 from tests.fakellm import FakeLLM, Reply, skill_reply
+from tests.loopback import browser_like
 from tests.test_redact import FACTORIES
 
 #: A token used as the URL's user name, and one in a query (neither has a shape redaction knows).
@@ -75,10 +75,11 @@ def test_a_token_in_a_team_remote_is_never_printed_or_stored(workspace: Workspac
         url = process.stdout.readline().removeprefix("skilld web: ").strip()
         origin = url.split("/?", 1)[0].rstrip("/")
         bearer = {"authorization": f"Bearer {WEB_TOKEN}"}
-        for path in ("/api/status", "/api/events", "/events", "/"):
-            answer = httpx.get(origin + path, headers=bearer, timeout=10)
-            assert answer.status_code == 200
-            said.append(answer.text)
+        with browser_like(timeout=10) as client:
+            for path in ("/api/status", "/api/events", "/events", "/"):
+                answer = client.get(origin + path, headers=bearer)
+                assert answer.status_code == 200
+                said.append(answer.text)
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=15)
     finally:

@@ -3,6 +3,7 @@ and its JSON API equal to what the `--json` commands print."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -34,8 +35,8 @@ from skilld.web.panel import guarded_app
 from skilld.web.render import markdown, safe_link
 from skilld.web.security import (
     SESSION_COOKIE,
-    Access,
     Guard,
+    access_rules,
     allowed_hosts,
     fib_trie_addresses,
     host_names,
@@ -44,8 +45,11 @@ from skilld.web.security import (
 )
 from tests.conftest import Workspace, conversation, git
 from tests.fakellm import FakeLLM, skill_reply
+from tests.loopback import browser_like
 
-ORIGIN = "http://127.0.0.1:8741"
+#: The panel's own name in these tests (a real panel's label is random: `web-name`).
+OWN_NAME = "skilld-test.localhost"
+ORIGIN = f"http://{OWN_NAME}:8741"
 SECRET = "s3cret-of-this-process"
 TOKEN = "t0ken-for-the-panel"
 HOSTILE = '<script>alert("x")</script> <img src=x onerror=alert(1)> <svg onload=alert(2)>'
@@ -53,8 +57,8 @@ HOSTILE = '<script>alert("x")</script> <img src=x onerror=alert(1)> <svg onload=
 
 def panel_app(workspace: Workspace) -> Guard:
     config = load_config(workspace.config_path, environ={})
-    hosts = allowed_hosts(["127.0.0.1", "localhost", "::1"], 8741)
-    return guarded_app(config, Access(hosts, TOKEN, SECRET))
+    names = ["127.0.0.1", "localhost", "::1"]
+    return guarded_app(config, access_rules(names, OWN_NAME, OWN_NAME, 8741, TOKEN, SECRET))
 
 
 def client_for(workspace: Workspace, *, login: bool = True, app: Guard | None = None) -> TestClient:
@@ -319,11 +323,13 @@ def not_pinned(workspace: Workspace) -> bool:
 
 
 def test_a_foreign_host_is_refused(panel: TestClient) -> None:
-    for host in ("evil.example:8741", "127.0.0.1:9999", "attacker.test"):
+    for host in ("evil.example:8741", "127.0.0.1:9999", "attacker.test", "other.localhost:8741"):
         response = panel.get("/", headers={"host": host})
         assert response.status_code == 421
         assert response.headers["x-content-type-options"] == "nosniff"
-    assert panel.get("/api/status", headers={"host": "localhost:8741"}).status_code == 200
+    # A loopback name is the panel's too, for a script with the token.
+    bearer = {"host": "localhost:8741", "authorization": f"Bearer {TOKEN}"}
+    assert panel.get("/api/status", headers=bearer).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -431,6 +437,99 @@ def test_every_request_needs_the_token(workspace: Workspace) -> None:
         assert client.get("/").status_code == 200
         assert post(client, "pin", library="default", name="deploy").status_code == 200
     assert not not_pinned(workspace)
+
+
+def test_no_page_served_without_a_session_carries_the_secret(workspace: Workspace) -> None:
+    """The per-process secret is what a forged post lacks: a page anyone may load (the login
+    form, its refusals, the word a loopback address gets) never shows it."""
+    workspace.write_config()
+    write_skill(workspace, "deploy", "Deploy the service.", "Ship.\n")
+    same_origin = {"origin": ORIGIN}
+    with client_for(workspace, login=False) as client:
+        answers = [
+            client.get("/login"),
+            client.post("/login", data={"token": "wrong"}, headers=same_origin),
+            client.request("PUT", "/login", headers={"sec-fetch-site": "same-origin"}),
+            client.get("/skills/default/deploy", follow_redirects=True),
+            client.get("/skills", headers={"host": "127.0.0.1:8741"}),
+            client.get("/login", headers={"host": "127.0.0.1:8741"}),
+        ]
+        for answer in answers:
+            assert SECRET not in answer.text, answer.request.url
+        assert [answer.status_code for answer in answers] == [200, 401, 405, 200, 403, 403]
+        assert '<input id="token"' in answers[0].text
+        # The login form works without it.
+        logged = client.post("/login", data={"token": TOKEN}, headers=same_origin)
+        assert logged.status_code == 200 and SECRET in client.get("/skills/default/deploy").text
+
+
+def test_the_session_lives_under_the_panel_s_own_name_only(workspace: Workspace) -> None:
+    """A browser's session is under `skilld-….localhost` (kept across restarts, so a bookmark
+    keeps working); by a loopback address no cookie is set or honoured, a login there is sent
+    to the own name, and a script's `Authorization: Bearer` works on every name."""
+    workspace.write_config()
+    process, login = start_panel(workspace)
+    try:
+        name, port = urlsplit(login).hostname, urlsplit(login).port
+        assert name is not None and name.endswith(".localhost")
+        token = login.split("token=", 1)[1]
+        client = logged_in(login)
+        session = client.cookies[SESSION_COOKIE]
+        for loopback in ("127.0.0.1", "localhost"):
+            base = f"http://{loopback}:{port}"
+            opened = httpx.get(f"{base}/skills?q=de&token={token}", timeout=10)
+            assert opened.status_code == 303 and "set-cookie" not in opened.headers
+            assert opened.headers["location"] == f"http://{name}:{port}/skills?q=de&token={token}"
+            for path in ("/", "/skills", "/login"):
+                answer = httpx.get(base + path, timeout=10)
+                assert answer.status_code == 403 and "set-cookie" not in answer.headers
+                assert "skilld web --url" in answer.text and name not in answer.text
+            replayed = {"cookie": f"{SESSION_COOKIE}={session}"}
+            assert httpx.get(f"{base}/api/status", headers=replayed, timeout=10).status_code == 401
+            bearer = {"authorization": f"Bearer {token}"}
+            assert httpx.get(f"{base}/api/status", headers=bearer, timeout=10).status_code == 200
+        assert client.get("api/status").status_code == 200
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=15)
+        process, again = start_panel(workspace)
+        assert urlsplit(again).hostname == name
+        assert workspace.cli("web", "--url").stdout == again + "\n"
+        # The same name, so the browser's session reaches the restarted panel.
+        assert client.get(again.split("?", 1)[0] + "api/status").status_code == 200
+    finally:
+        process.kill()
+        process.communicate(timeout=15)
+
+
+def test_the_login_redirect_stays_on_the_panel(workspace: Workspace) -> None:
+    """`GET //evil.example/?token=…`: the clean URL the login redirects to is a path on the
+    panel's own origin, never a scheme-relative URL naming another host."""
+    workspace.write_config()
+    process, login = start_panel(workspace)
+    try:
+        name, port = urlsplit(login).hostname, urlsplit(login).port
+        token = login.split("token=", 1)[1]
+        paths = ("//evil.example/", "/\\evil.example/", "/%5Cevil.example/", "///evil.example")
+        for host in (f"{name}:{port}", f"127.0.0.1:{port}"):
+            for path in paths:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    connection.request("GET", f"{path}?token={token}", headers={"host": host})
+                    answer = connection.getresponse()
+                    answer.read()
+                finally:
+                    connection.close()
+                assert answer.status == 303, (host, path)
+                where = urlsplit(answer.headers["location"])
+                assert (where.scheme, where.netloc) in (("", ""), ("http", f"{name}:{port}")), where
+                assert where.path.startswith("/") and not where.path.startswith(("//", "/\\"))
+        # The good path: the login keeps the page asked for.
+        with browser_like(timeout=10, base_url=login.split("?", 1)[0]) as client:
+            kept = client.get(f"skills?q=de&token={token}")
+            assert (kept.status_code, kept.headers["location"]) == (303, "/skills?q=de")
+    finally:
+        process.kill()
+        process.communicate(timeout=15)
 
 
 def test_the_login_url_sets_a_session_and_redirects_to_the_clean_url(
@@ -560,11 +659,53 @@ def test_hostile_skill_text_is_shown_as_text(panel: TestClient, workspace: Works
         ("vbscript:x", False),
         ("file:///etc/passwd", False),
         ("//evil.example/x", False),
+        ("http://127.1/", False),
+        ("http://2130706433/", False),
+        ("http://0/", False),
+        ("http://[::ffff:127.0.0.1]/", False),
+        ("http://127.0.0.%31/", False),
+        ("http://１２７.０.０.１/", False),
+        ("http://example.com@127.0.0.1/", False),
+        ("http://intranet/", False),
+        ("http://printer.local/", False),
+        ("http://8.8.8.8/dns", True),
+        ("https://github.com/acme/api#readme", True),
     ],
 )
 def test_only_http_and_relative_links_survive(url: str, safe: bool) -> None:
     assert safe_link(url) is safe
     assert ("href" in markdown(f"[x]({url.strip()})")) is safe
+
+
+#: Links a learned skill may hold to this machine or its network: another local user's server
+#: (a cookie for 127.0.0.1 reaches every port of it), a router, a cloud's metadata service.
+LOCAL_LINKS = (
+    "http://127.0.0.1:8741/api/status",
+    "http://127.0.0.1:9999/",
+    "http://localhost:3000/",
+    "http://10.0.0.1/admin",
+    "http://192.168.1.1/",
+    "http://172.16.0.1/",
+    "http://172.31.255.254/",
+    "http://[::1]:8080/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://skilld-0123456789abcdef.localhost:8741/",
+    "http://evil.localhost/",
+)
+
+
+def test_links_to_this_machine_or_its_network_are_shown_not_live(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    links = [f"[local {n}]({url})" for n, url in enumerate(LOCAL_LINKS)]
+    body = "\n\n".join([*links, "<http://127.0.0.1:9999/auto>", "[docs](https://example.com/d)"])
+    write_skill(workspace, "links", "Links everywhere.", body + "\n")
+    page = panel.get("/skills/default/links").text
+    hrefs = re.findall(r'href="([^"]*)"', page)
+    assert "https://example.com/d" in hrefs  # a public link stays live
+    for url in (*LOCAL_LINKS, "http://127.0.0.1:9999/auto"):
+        assert not [href for href in hrefs if urlsplit(url).netloc in href], url
+        assert url in page  # shown, as text
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -581,7 +722,7 @@ def start_panel(workspace: Workspace, *args: str, **env: str) -> tuple[subproces
 
 def logged_in(login: str) -> httpx.Client:
     """A client that opened the login URL, as a person's browser does."""
-    client = httpx.Client(base_url=login.split("?", 1)[0], timeout=10, follow_redirects=True)
+    client = browser_like(base_url=login.split("?", 1)[0], timeout=10, follow_redirects=True)
     assert client.get(login).status_code == 200
     assert SESSION_COOKIE in client.cookies
     return client
@@ -597,11 +738,15 @@ def test_skilld_web_prints_its_address_serves_and_stops_cleanly(
     try:
         token = (workspace.state / "web-token").read_text().strip()
         assert login == f"{login.split('?')[0]}?token={token}"
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}", login)
-        assert oct(stat.S_IMODE((workspace.state / "web-token").stat().st_mode)) == "0o600"
+        name = (workspace.state / "web-name").read_text().strip()
+        assert re.fullmatch(r"skilld-[0-9a-f]{16}", name)
+        assert re.fullmatch(rf"http://{name}\.localhost:\d+/\?token=[\w-]{{40,}}", login)
+        for made in ("web-token", "web-name"):
+            assert oct(stat.S_IMODE((workspace.state / made).stat().st_mode)) == "0o600"
         client = logged_in(login)
         url = login.split("?", 1)[0]
-        assert httpx.get(url + "api/skills", timeout=10).status_code == 401
+        with browser_like(timeout=10) as stranger:
+            assert stranger.get(url + "api/skills").status_code == 401
         rows = client.get("api/skills").json()
         assert [row["name"] for row in rows] == ["deploy"]
         assert workspace.cli("web", "--url").stdout == login + "\n"
@@ -652,21 +797,29 @@ def test_a_non_loopback_bind_needs_a_token_and_answers_to_every_own_address(
     # A token generated on first use is no configured one: still refused off loopback.
     assert (workspace.state / "web-token").exists()
     assert workspace.cli("web", "--host", "0.0.0.0", "--port", "0").returncode == 2
-    lan = lan_addresses()
-    host = "0.0.0.0" if lan else "127.0.0.2"
-    process, login = start_panel(workspace, "--host", host, SKILLD_WEB_TOKEN=TOKEN)
+    # A loopback address no `*.localhost` name reaches cannot hold the panel's session.
+    other_loopback = workspace.cli("web", "--host", "127.0.0.2", "--port", "0")
+    assert other_loopback.returncode == 2 and "127.0.0.2" in other_loopback.stderr
+    assert len(other_loopback.stderr.strip().splitlines()) == 1
+    process, login = start_panel(workspace, "--host", "0.0.0.0", SKILLD_WEB_TOKEN=TOKEN)
     try:
         port = urlsplit(login).port
-        assert login == f"http://{'127.0.0.1' if lan else host}:{port}/?token={TOKEN}"
-        base = f"http://{'127.0.0.1' if lan else host}:{port}"
+        name = (workspace.state / "web-name").read_text().strip()
+        # A browser on this machine opens it by its own name (through a published port too).
+        assert login == f"http://{name}.localhost:{port}/?token={TOKEN}"
+        assert logged_in(login).get("/api/status").status_code == 200
+        base = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{base}/api/status", timeout=10).status_code == 401
         authorised = {"authorization": f"Bearer {TOKEN}"}
-        for address in lan or [host]:
+        for address in lan_addresses():
             # Addressed by the machine's own LAN address (its hostname maps to loopback).
             status = httpx.get(
                 f"http://{address}:{port}/api/status", headers=authorised, timeout=10
             )
             assert status.status_code == 200, address
+            # A browser on another machine logs in at that address (the token defends it).
+            opened = httpx.get(f"http://{address}:{port}/?token={TOKEN}", timeout=10)
+            assert opened.status_code == 303 and SESSION_COOKIE in opened.cookies, address
         foreign = {**authorised, "host": f"evil.example:{port}"}
         assert httpx.get(f"{base}/api/status", headers=foreign, timeout=10).status_code == 421
         process.send_signal(signal.SIGTERM)
@@ -697,6 +850,14 @@ def test_a_wildcard_bind_answers_to_each_interface_address() -> None:
     assert "10.1.255.255:8741" not in wildcard and "10.1.0.0:8741" not in wildcard
     # Only a wildcard bind answers to other addresses of the machine.
     assert "10.1.2.3:8741" not in allowed_hosts(host_names("127.0.0.1", interfaces), 8741)
+    # A session lives under the panel's own name, and off loopback under the machine's other
+    # names; never under a loopback one.
+    names = host_names("0.0.0.0", interfaces)
+    rules = access_rules(names, OWN_NAME, OWN_NAME, 8741, TOKEN, SECRET)
+    assert {f"{OWN_NAME}:8741", "10.1.2.3:8741", "[fd00::2]:8741"} <= rules.session_hosts
+    assert {"127.0.0.1:8741", "localhost:8741", "[::1]:8741"} <= rules.hosts - rules.session_hosts
+    loopback = access_rules(host_names("127.0.0.1"), OWN_NAME, OWN_NAME, 8741, TOKEN, SECRET)
+    assert loopback.session_hosts == {f"{OWN_NAME}:8741"}
 
 
 def free_port() -> int:
@@ -724,7 +885,8 @@ def test_the_daemon_serves_the_panel_with_web_listen(workspace: Workspace) -> No
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.2)
         url = workspace.cli("web", "--url").stdout.strip()
-        assert url.startswith(f"http://127.0.0.1:{port}/?token=")
+        name = (workspace.state / "web-name").read_text().strip()
+        assert url.startswith(f"http://{name}.localhost:{port}/?token=")
         assert logged_in(url).get("/api/status").json()["libraries"]
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=20)
@@ -846,6 +1008,30 @@ def test_a_token_file_other_users_may_read_is_refused(workspace: Workspace, wher
     assert result.returncode == 2 and result.stdout == ""
     assert "may be read by other users (mode 0640)" in result.stderr and str(file) in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "said"),
+    [
+        ("not a name!\n", 0o600, "does not hold a host name label"),
+        ("\n", 0o600, "is empty"),
+        ("skilld-0123456789abcdef\n", 0o644, "may be read by other users (mode 0644)"),
+    ],
+    ids=["not a label", "empty", "readable"],
+)
+def test_a_bad_name_file_is_refused_in_one_line(
+    workspace: Workspace, text: str, mode: int, said: str
+) -> None:
+    workspace.write_config()
+    name_file = workspace.state / "web-name"
+    name_file.parent.mkdir(parents=True, exist_ok=True)
+    name_file.write_text(text)
+    name_file.chmod(mode)
+    result = workspace.cli("web", "--port", "0", timeout=30)
+    assert result.returncode == 2 and result.stdout == ""
+    assert said in result.stderr and str(name_file) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert name_file.read_text() == text  # nothing replaced behind the person's back
 
 
 def test_a_tick_records_its_calls_and_tokens_for_the_day(

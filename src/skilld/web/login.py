@@ -1,11 +1,14 @@
-"""How a person gets into the panel: its token, and the login URL of each running panel.
+"""How a person gets into the panel: its token, its name, and the login URL of each panel.
 
 The token is `$SKILLD_WEB_TOKEN`, else the first line of `[web] token_file`, else one generated
 on first use into `<state_dir>/web-token` (0600); a token file other users may read is refused,
-since its token may be known. A panel records the URL it listens on in
-`<state_dir>/panels/<pid>.json` once it accepts connections (and removes it when it stops), so
-that `skilld web --url` can print the login URL of the running one. Standard library only:
-`skilld web --url` loads no web framework.
+since its token may be known. The panel's name is `<label>.localhost`, the label random and
+generated on first use into `<state_dir>/web-name` (0600), kept so that bookmarks keep working:
+a browser's session lives under that name, which no other server is reached by unless someone
+knows it (a cookie for `127.0.0.1` goes to every port of that host). A panel records the URL it
+listens on in `<state_dir>/panels/<pid>.json` once it accepts connections (and removes it when
+it stops), so that `skilld web --url` can print the login URL of the running one. Standard
+library only: `skilld web --url` loads no web framework.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -25,6 +29,11 @@ from skilld.fsutil import PRIVATE_FILE_MODE, atomic_write, private_dir
 
 #: The token skilld generates when none is configured, in the state dir.
 GENERATED_TOKEN_FILE = "web-token"
+#: The label of the panel's own host name (`<label>.localhost`), in the state dir.
+NAME_FILE = "web-name"
+#: Browsers resolve every name under it to loopback themselves (RFC 6761).
+LOCALHOST_SUFFIX = ".localhost"
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 #: `<state_dir>/panels/<pid>.json`: where each running panel listens.
 PANELS_DIR = "panels"
 
@@ -46,45 +55,69 @@ def panel_token(token_file: Path | None, state_dir: Path, *, create: bool = True
         return PanelToken(_read_token_file(token_file), True)
     generated = state_dir / GENERATED_TOKEN_FILE
     if create:
-        _generate_token_file(generated)
+        _create_private_file(generated, secrets.token_urlsafe(32))
     elif not generated.exists():
         raise Failure(f"no panel has run here yet ({generated} does not exist): run skilld web")
     return PanelToken(_read_token_file(generated), False)
 
 
 def _read_token_file(path: Path) -> str:
+    remedy = f"make a new one and run: chmod 600 {path}"
+    return _read_private_line(path, "web.token_file", "token", remedy)
+
+
+def panel_name(state_dir: Path) -> str:
+    """The panel's own host name, `<label>.localhost`: the label from `<state_dir>/web-name`,
+    generated there on first use (64 random bits: no one else can guess it). Raises
+    ConfigError for a file that cannot be read, other users may read, or that holds no
+    host name label."""
+    path = state_dir / NAME_FILE
+    _create_private_file(path, f"skilld-{secrets.token_hex(8)}")
+    label = _read_private_line(path, None, "name", f"remove it (a new name is made): rm {path}")
+    if not _LABEL.fullmatch(label):
+        raise ConfigError(
+            f"{path} does not hold a host name label (a-z, 0-9, inner '-'): {label[:80]!r};"
+            f" remove it (a new name is made): rm {path}"
+        )
+    return label + LOCALHOST_SUFFIX
+
+
+def _read_private_line(path: Path, key: str | None, what: str, remedy: str) -> str:
+    """The first line of `path`, a regular file only its owner may read. Raises ConfigError
+    (about `key`) naming the file, the problem and `remedy`."""
     try:
         with path.open("rb") as handle:
             mode = os.fstat(handle.fileno()).st_mode
             if not stat.S_ISREG(mode):
-                raise ConfigError(f"{path} is not a regular file", "web.token_file")
+                raise ConfigError(f"{path} is not a regular file", key)
             if mode & 0o077:
                 raise ConfigError(
                     f"{path} may be read by other users (mode {stat.S_IMODE(mode):04o}), so its"
-                    f" token may be known: make a new one and run: chmod 600 {path}",
-                    "web.token_file",
+                    f" {what} may be known: {remedy}",
+                    key,
                 )
             data = handle.read(4096)
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", "web.token_file") from None
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key) from None
     try:
         lines = data.decode("utf-8").strip().splitlines()
     except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text", "web.token_file") from None
+        raise ConfigError(f"{path} is not UTF-8 text", key) from None
     if not lines or not lines[0].strip():
-        raise ConfigError(f"{path} is empty", "web.token_file")
+        raise ConfigError(f"{path} is empty", key)
     return lines[0].strip()
 
 
-def _generate_token_file(path: Path) -> None:
-    """A new random token in `path`, created 0600 (two panels starting at once: one wins)."""
+def _create_private_file(path: Path, line: str) -> None:
+    """`line` in a new file `path`, created 0600; an existing file is kept (two panels
+    starting at once: one wins)."""
     private_dir(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
     except FileExistsError:
         return
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(secrets.token_urlsafe(32) + "\n")
+        handle.write(line + "\n")
 
 
 def require_token_off_loopback(host: str, token: PanelToken) -> None:
@@ -98,10 +131,13 @@ def require_token_off_loopback(host: str, token: PanelToken) -> None:
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    """`localhost`, a name under it, or a loopback address (`[::1]` too): what this machine
+    answers to, and so any local user's server too."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(LOCALHOST_SUFFIX):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(name.removeprefix("[").removesuffix("]")).is_loopback
     except ValueError:
         return False
 

@@ -76,6 +76,7 @@ from skilld.web.render import (
 )
 from skilld.web.security import (
     CSRF_FIELD,
+    PUBLIC_PATHS,
     Access,
     Guard,
     LoginThrottle,
@@ -124,7 +125,7 @@ class Panel:
         self.templates = Environment(
             loader=PackageLoader("skilld.web", "templates"), autoescape=True
         )
-        self.templates.globals.update(csrf=access.secret, csrf_field=CSRF_FIELD, nav=NAV)
+        self.templates.globals.update(csrf_field=CSRF_FIELD, nav=NAV)
         self.templates.filters.update(
             learned_on=learned_on_text,
             outcome_counts=outcome_counts_text,
@@ -141,11 +142,13 @@ class Panel:
 
     def page(self, request: Request, template: str, code: int = 200, **values: Any) -> HTMLResponse:
         """`template` rendered, with the navigation's current page, the path an action's form
-        comes back to, and the outcome of the action that redirected here (shown once)."""
+        comes back to, the outcome of the action that redirected here (shown once), and the
+        per-process secret, on a page the guard let through with a login only."""
         flash = Flash.decode(request.cookies.get(FLASH_COOKIE))
         back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        csrf = "" if request.url.path in PUBLIC_PATHS else self.access.secret
         html = self.templates.get_template(template).render(
-            here=request.url.path, back=back, flash=flash, **values
+            here=request.url.path, back=back, flash=flash, csrf=csrf, **values
         )
         response = HTMLResponse(html, status_code=code)
         if FLASH_COOKIE in request.cookies:
@@ -528,7 +531,9 @@ class Panel:
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return self.page(request, "login.html", title="Log in")
-        form = await self.form(request)
+        # No per-process secret here: this page is shown before any login, and the token
+        # itself is what a forged post would lack (the guard checks the origin, too).
+        form = await request.form()
         matched = await self.throttle.matches(_text(form.get("token")) or "", self.access.token)
         if not matched:
             return self.page(request, "login.html", 401 if matched is False else 429,

@@ -2,29 +2,86 @@
 
 A skill's body, description and reason were written by a model that read untrusted
 transcripts. Markdown is rendered by markdown-it-py with raw HTML off; a link keeps its target
-only when it is http(s) or relative, and an image becomes a link (the page loads nothing from
-anywhere). Everything else reaches the page through Jinja2's autoescape.
+only when it is relative, or http(s) to a public host: a link to this machine or its network
+(a loopback, private or link-local address, `localhost` and names under it, a one-label name)
+is shown as text, not live, so a click on a learned skill never opens another local user's
+server. An image becomes a link (the page loads nothing from anywhere). Everything else reaches
+the page through Jinja2's autoescape.
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
 _SCHEME = re.compile(r"^\s*([a-zA-Z][a-zA-Z0-9+.\-]*):")
+#: Two slashes or backslashes in any mix: a browser reads the host that follows.
+_NAMES_A_HOST = re.compile(r"^\s*[/\\]{2}")
+#: A last label a browser reads as a number: the whole host is then an IPv4 address
+#: (`127.1`, `0x7f.1`, `2130706433`).
+_NUMERIC_LABEL = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)$")
+#: Names that resolve on this machine or its network only (RFC 6761, 6762, 8375; ICANN's
+#: private-use `.internal`).
+_LOCAL_SUFFIXES = ("localhost", "local", "internal", "home.arpa")
 
 
 def safe_link(url: str) -> bool:
-    """http(s) and relative targets only: no `javascript:`, `data:`, `file:` or others."""
+    """Relative targets, and http(s) ones to a public host (`public_host`): no
+    `javascript:`, `data:`, `file:` or others, no link to this machine or its network."""
     match = _SCHEME.match(url)
     if match is None:
-        return not url.strip().startswith("//")  # a protocol-relative link names a host
-    return match.group(1).lower() in ("http", "https")
+        return not _NAMES_A_HOST.match(url)  # a protocol-relative link names a host
+    if match.group(1).lower() not in ("http", "https"):
+        return False
+    return public_host(url[match.end() :])
+
+
+def public_host(rest: str) -> bool:
+    """Whether the part of an http(s) URL after `scheme:` names a public host as a browser
+    reads it (backslashes as slashes, the host percent-decoded and folded to its compatibility
+    form): a global IP address, or a name of two labels or more outside the local suffixes."""
+    rest = rest.strip().replace("\\", "/")
+    if not rest.startswith("//"):
+        return False  # `http:host`: a browser still reads a host; a person means none
+    authority = re.split(r"[/?#]", rest[2:], maxsplit=1)[0].rpartition("@")[2]
+    if authority.startswith("["):
+        host = authority[1 : authority.find("]")]
+    else:
+        host = authority.partition(":")[0]
+    host = _folded(unquote(host))
+    try:
+        return ipaddress.ip_address(host).is_global
+    except ValueError:
+        pass
+    labels = host.split(".")
+    if len(labels) < 2 or not all(label.replace("-", "").isalnum() for label in labels):
+        return False
+    if _NUMERIC_LABEL.match(labels[-1]):
+        return False
+    return not any(host == local or host.endswith("." + local) for local in _LOCAL_SUFFIXES)
+
+
+def _folded(host: str) -> str:
+    """`host` as the names it could stand for compare: punycode labels decoded, compatibility
+    forms (fullwidth digits, ideographic full stops) made plain, lower case, no final dot."""
+    labels = []
+    for label in host.split("."):
+        if label.lower().startswith("xn--"):
+            try:
+                label = label[4:].encode("ascii").decode("punycode")
+            except (UnicodeError, ValueError):
+                return ""
+        labels.append(label)
+    plain = unicodedata.normalize("NFKC", ".".join(labels)).replace("\u3002", ".")
+    return plain.lower().rstrip(".")
 
 
 def _markdown() -> MarkdownIt:

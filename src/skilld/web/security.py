@@ -9,6 +9,13 @@ reach 127.0.0.1): `Authorization: Bearer TOKEN`, or the session cookie that open
 `/?token=TOKEN` (or the login form) sets. The cookie proves a login, not the token: an HMAC,
 keyed by the token, over a random nonce and an expiry, so it expires, differs per login and
 ends when the token changes. Wrong tokens are answered slowly: a few guesses a second.
+
+A browser sends a cookie to every port of the host that set it, so a session set on
+`127.0.0.1` or `localhost` would reach any other local user's server the person opens. A
+session therefore lives only under the panel's own name (`<label>.localhost`, see
+`skilld.web.login.panel_name`) and, off loopback, the machine's other names: a login by a
+loopback address is sent there (no cookie is set on the way), and a page asked for by a
+loopback address without `Authorization: Bearer` is refused with a word on where the panel is.
 """
 
 from __future__ import annotations
@@ -20,15 +27,17 @@ import ipaddress
 import secrets
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import anyio
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from skilld.web.login import is_loopback
 
 #: The cookie a login sets: `EXPIRES.NONCE.MAC`, never the token itself.
 SESSION_COOKIE = "skilld_session"
@@ -62,10 +71,43 @@ class Access(NamedTuple):
 
     #: Every `Host` header value the panel answers to ("127.0.0.1:8741", ...).
     hosts: frozenset[str]
+    #: The `Host` values a browser's session lives under ("skilld-….localhost:8741", and off
+    #: loopback the machine's other names): never a loopback address or `localhost`.
+    session_hosts: frozenset[str]
+    #: Where a browser logs in ("http://skilld-….localhost:8741"): the URL `skilld web` prints.
+    origin: str
     #: Required on every request (`$SKILLD_WEB_TOKEN`, `[web] token_file`, or generated).
     token: str
-    #: Embedded in every page, required on every state change.
+    #: Embedded in every page that needs a session, required on every state change.
     secret: str
+
+
+def access_rules(
+    names: Sequence[str], own_name: str, login_host: str, port: int, token: str, secret: str
+) -> Access:
+    """The rules of a panel on `port` known by `names` (see `host_names`) and by its own name
+    `own_name` (`<label>.localhost`), whose login URL is on `login_host`. A session may live
+    under every name but a loopback one: each port of a loopback name is any local user's."""
+    sessions = [own_name, *(name for name in names if not is_loopback(name))]
+    return Access(
+        allowed_hosts([own_name, *names], port),
+        allowed_hosts(sessions, port),
+        origin_of(login_host, port),
+        token,
+        secret,
+    )
+
+
+def origin_of(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def own_path(path: str) -> str:
+    """`path` as a redirect target that stays on the panel's origin: leading slashes and
+    backslashes made one slash (`//host` and `/\\host` would name another host), and what
+    could end or bend the URL percent-encoded."""
+    return "/" + quote(path.lstrip("/\\"), safe="/!$&'()*+,;=:@-._~")
 
 
 def is_wildcard(host: str) -> bool:
@@ -247,36 +289,54 @@ class Guard:
         """The answer that stops a request here (a refusal, or a login's redirect); None to
         let it through."""
         headers = Headers(scope=scope)
-        if headers.get("host", "").lower() not in self.access.hosts:
+        host = headers.get("host", "").lower()
+        if host not in self.access.hosts:
             return PlainTextResponse("unknown Host: this panel answers to its own address", 421)
+        session_here = host in self.access.session_hosts
         path: str = scope["path"]
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = dict(query).get(TOKEN_PARAM)
         if given is not None and scope["method"] in ("GET", "HEAD"):
-            return await self.login(given, path, [(k, v) for k, v in query if k != TOKEN_PARAM])
-        if path not in PUBLIC_PATHS and not await self.authorised(headers):
+            rest = [(k, v) for k, v in query if k != TOKEN_PARAM]
+            return await self.login(given, own_path(path), rest, session_here)
+        public = session_here and path in PUBLIC_PATHS
+        if not public and not await self.authorised(headers, session_here):
             if path.startswith("/api/") or scope["method"] not in ("GET", "HEAD"):
                 return PlainTextResponse("a token is required", 401)
+            if not session_here:
+                return PlainTextResponse(
+                    f"This panel keeps a browser's session under a name of its own, not under"
+                    f" {host} (a cookie set here would reach every server on this machine):"
+                    " open the URL skilld web printed, or the one skilld web --url prints.",
+                    403,
+                )
             return RedirectResponse("/login", 303)
         if scope["method"] not in ("GET", "HEAD") and not same_origin(headers):
             return PlainTextResponse("refused: this request did not come from the panel", 403)
         return None
 
-    async def authorised(self, headers: Headers) -> bool:
-        cookie = _cookies(headers).get(SESSION_COOKIE)
+    async def authorised(self, headers: Headers, session_here: bool) -> bool:
+        """A valid session cookie (under a session host only), or the token as Bearer."""
+        cookie = _cookies(headers).get(SESSION_COOKIE) if session_here else None
         if cookie is not None and valid_session(cookie, self.access.token, time.time()):
             return True
         given = bearer(headers)
         return given is not None and await self.throttle.matches(given, self.access.token) is True
 
-    async def login(self, given: str, path: str, rest: list[tuple[str, str]]) -> Response:
+    async def login(
+        self, given: str, path: str, rest: list[tuple[str, str]], session_here: bool
+    ) -> Response:
         """`GET PATH?token=…`, the URL `skilld web` prints: right, a session cookie and a
-        redirect to the same page without the token in its URL; wrong, 401 (slowly)."""
+        redirect to the same page without the token in its URL (by another name, a redirect to
+        the same URL under the panel's own name, and no cookie); wrong, 401 (slowly)."""
         matched = await self.throttle.matches(given, self.access.token)
         if matched is None:
             return PlainTextResponse("too many wrong tokens: try again in a few seconds", 429)
         if not matched:
             return PlainTextResponse("that token is not this panel's", 401)
+        if not session_here:
+            query = urlencode([*rest, (TOKEN_PARAM, given)])
+            return RedirectResponse(f"{self.access.origin}{path}?{query}", 303)
         response = RedirectResponse(path + (f"?{urlencode(rest)}" if rest else ""), 303)
         set_session_cookie(response, self.access.token)
         return response

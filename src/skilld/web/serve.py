@@ -1,8 +1,10 @@
 """Serving the panel: on its own (`skilld web`) or inside the daemon (`[web] listen`).
 
 The socket is bound before anything is printed, the one line
-`skilld web: http://HOST:PORT/?token=TOKEN` goes to stdout once the server accepts connections
-(and the URL to `<state_dir>/panels/`, for `skilld web --url`), and SIGINT/SIGTERM stop it.
+`skilld web: http://NAME.localhost:PORT/?token=TOKEN` goes to stdout once the server accepts
+connections (and the URL to `<state_dir>/panels/`, for `skilld web --url`), and SIGINT/SIGTERM
+stop it. Bound to one address that is not loopback, the URL names that address: the panel's own
+name reaches loopback only.
 
 Slow clients (slowloris) cannot starve it: a connection that has not sent a whole request head
 within `HEAD_SECONDS` is closed, an idle keep-alive one after `KEEP_ALIVE_SECONDS`, the process
@@ -24,15 +26,24 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from skilld.config import Config
-from skilld.web.login import login_url, panel_token, record_listening, require_token_off_loopback
+from skilld.errors import UsageError
+from skilld.web.login import (
+    is_loopback,
+    login_url,
+    panel_name,
+    panel_token,
+    record_listening,
+    require_token_off_loopback,
+)
 from skilld.web.panel import guarded_app
 from skilld.web.security import (
     Access,
-    allowed_hosts,
+    access_rules,
     host_names,
     interface_addresses,
     is_wildcard,
     new_secret,
+    origin_of,
 )
 
 #: How long open requests (a live events view) may take to finish once a stop is asked for.
@@ -45,15 +56,31 @@ KEEP_ALIVE_SECONDS = 5
 SPARE_FILES = 64
 #: The file limit asked for (soft), up to the hard one.
 WANTED_FILES = 65536
+#: The loopback binds a browser reaches by a name under `.localhost` (which it resolves to
+#: 127.0.0.1 and ::1).
+BY_NAME = ("localhost", "127.0.0.1", "::1")
 
 
 def panel_access(config: Config, host: str, port: int) -> Access:
     """The access rules of a panel bound to `host`:`port`. Raises UsageError for a
-    non-loopback bind without a configured token, ConfigError for a bad token file."""
+    non-loopback bind without a configured token, or a loopback one the panel's own name does
+    not reach; ConfigError for a bad token or name file."""
     token = panel_token(config.web.token_file, config.state.dir)
     require_token_off_loopback(host, token)
+    own_name = panel_name(config.state.dir)
+    by_name = is_wildcard(host) or host in BY_NAME
+    if is_loopback(host) and not by_name:
+        raise UsageError(
+            f"refusing to serve the panel on {host}: browsers reach its own name at"
+            f" {' and '.join(BY_NAME[1:])} only (a session on a loopback address would reach"
+            " every local server): use --host 127.0.0.1"
+        )
     interfaces = interface_addresses() if is_wildcard(host) else []
-    return Access(allowed_hosts(host_names(host, interfaces), port), token.token, new_secret())
+    # A browser on this machine reaches the panel by its own name; one elsewhere, by the
+    # address it is bound to.
+    login_host = own_name if by_name else host
+    names = host_names(host, interfaces)
+    return access_rules(names, own_name, login_host, port, token.token, new_secret())
 
 
 class TimelyH11Protocol(H11Protocol):
@@ -110,8 +137,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def url_of(host: str, port: int) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    return origin_of(host, port) + "/"
 
 
 class PanelServer(uvicorn.Server):
@@ -161,7 +187,7 @@ async def serve_panel(
                 if server.should_exit:
                     return
                 await anyio.sleep(0.01)
-            record.append(record_listening(config.state.dir, panel_url(sock)))
+            record.append(record_listening(config.state.dir, access.origin + "/"))
             on_ready()
 
         group.start_soon(announce)
@@ -173,14 +199,6 @@ async def serve_panel(
         group.cancel_scope.cancel()
 
 
-def panel_url(sock: socket.socket) -> str:
-    """The URL a browser on this machine opens the panel listening on `sock` at."""
-    host, port = sock.getsockname()[:2]
-    if is_wildcard(host):
-        host = "::1" if ":" in host else "127.0.0.1"
-    return url_of(host, port)
-
-
 def run_panel(config: Config, host: str, port: int, *, open_browser: bool) -> int:
     """`skilld web`: serve until SIGINT or SIGTERM; 0 on a clean stop."""
     import signal
@@ -189,7 +207,7 @@ def run_panel(config: Config, host: str, port: int, *, open_browser: bool) -> in
     access = panel_access(config, host, sock.getsockname()[1])
 
     def ready() -> None:
-        url = login_url(panel_url(sock), access.token)
+        url = login_url(access.origin + "/", access.token)
         print(f"skilld web: {url}", flush=True)
         if open_browser:
             import webbrowser
