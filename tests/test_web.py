@@ -889,10 +889,14 @@ def test_the_daemon_serves_the_panel_with_web_listen(workspace: Workspace) -> No
         assert url.startswith(f"http://{name}.localhost:{port}/?token=")
         assert logged_in(url).get("/api/status").json()["libraries"]
         process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=20)
+        logged = "".join(process.communicate(timeout=20))
     finally:
         process.kill()
     assert process.returncode == 0
+    # The log names the URL a browser can log in at, not the loopback address it would be
+    # refused on.
+    [listening] = [line for line in logged.splitlines() if "panel_listening" in line]
+    assert f"http://{name}.localhost:{port}/" in listening
 
 
 def test_a_bad_listen_value_is_a_config_error(workspace: Workspace) -> None:

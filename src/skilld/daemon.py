@@ -307,15 +307,14 @@ class Daemon:
         self, sock: socket.socket, access: Access, stop: anyio.Event, done: anyio.Event
     ) -> None:
         """The web panel in this process until `stop` (the sidecar)."""
-        from skilld.web.serve import serve_panel, url_of
+        from skilld.web.serve import serve_panel
 
-        host, port = sock.getsockname()[:2]
         try:
             await serve_panel(
                 self.config,
                 sock,
                 access,
-                on_ready=lambda: self.log.info("panel_listening", url=url_of(host, port)),
+                on_ready=lambda: self.log.info("panel_listening", url=access.origin + "/"),
                 stop=stop,
             )
         finally:

@@ -43,7 +43,6 @@ from skilld.web.security import (
     interface_addresses,
     is_wildcard,
     new_secret,
-    origin_of,
 )
 
 #: How long open requests (a live events view) may take to finish once a stop is asked for.
@@ -134,10 +133,6 @@ def bind(host: str, port: int) -> socket.socket:
         raise
     sock.setblocking(False)
     return sock
-
-
-def url_of(host: str, port: int) -> str:
-    return origin_of(host, port) + "/"
 
 
 class PanelServer(uvicorn.Server):
