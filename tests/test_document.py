@@ -24,6 +24,7 @@ from skilld.skills.document import (
     render_skill,
     validate_skill,
 )
+from skilld.skills.invisible import make_visible
 from skilld.skills.names import InvalidName, validate_name
 
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
@@ -134,9 +135,18 @@ def _folded_parts(doc: SkillDoc) -> tuple[str, str | None]:
 
 
 def _expected_fields(doc: SkillDoc, dialect: str) -> dict[str, object]:
-    """What a reader gets back: everything as given, with every shell trigger broken, the
-    agentskills fold normalised and the hermes when-to-use on one line."""
-    neutral = neutralise_shell_injection
+    """What a reader gets back: everything as given, with every character a person would not
+    see made visible and every shell trigger broken, the agentskills fold normalised and the
+    hermes when-to-use on one line."""
+
+    def neutral(text: str) -> str:
+        return neutralise_shell_injection(make_visible(text))
+
+    # The fold reads the visible parts, as the renderer gives them to it.
+    doc = doc._replace(
+        description=make_visible(doc.description),
+        when_to_use=make_visible(doc.when_to_use) if doc.when_to_use else doc.when_to_use,
+    )
     description, when = doc.description, doc.when_to_use or None
     if dialect == "agentskills":
         description, when = _folded_parts(doc)

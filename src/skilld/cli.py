@@ -18,6 +18,7 @@ from skilld import __version__
 from skilld.commands.common import Parser
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, SkilldError
+from skilld.fsutil import UnsafePath
 from skilld.log import configure_logging
 
 if TYPE_CHECKING:
@@ -146,6 +147,9 @@ def run_handler(config: Config, args: argparse.Namespace) -> int:
     except SkilldError as exc:
         print(f"skilld: {exc}", file=sys.stderr)
         return exc.exit_code
+    except UnsafePath as exc:  # the tree guard refused a file a change needs (a link)
+        print(f"skilld: refused: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         return 0
     except OSError as exc:

@@ -136,7 +136,9 @@ TOOLS: tuple[Tool, ...] = (
                         },
                         ("name", "owner", "managed", "state", "pinned", "path"),
                     ),
-                }
+                },
+                # Present when something was not read (a refused usage sidecar).
+                "problems": {"type": "array", "items": _STRING},
             },
             ("skills",),
         ),

@@ -88,9 +88,10 @@ class SkillTools:
         return {"deleted": name, "path": str(deleted.path), "kept": list(deleted.kept)}
 
     def list(self) -> dict[str, Any]:
+        problems: list[str] = []
         with self._library() as library:
-            skills = tool_skill_rows(library)
-        return {"skills": skills}
+            skills = tool_skill_rows(library, problems)
+        return {"skills": skills, "problems": problems} if problems else {"skills": skills}
 
     def view(self, name: str) -> str:
         with self._library() as library:

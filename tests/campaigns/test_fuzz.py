@@ -48,6 +48,7 @@ from skilld.skills.document import (
     render_skill,
     validate_skill,
 )
+from skilld.skills.invisible import make_visible
 from skilld.skills.names import CLAUDE_RESERVED_WORDS, NAME_PATTERN
 from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
@@ -265,7 +266,7 @@ metadata_maps = st.dictionaries(
 
 
 def expected_body(body: str) -> str:
-    body = neutralise_shell_injection(body)
+    body = neutralise_shell_injection(make_visible(body))
     return body.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n") + "\n"
 
 
@@ -336,7 +337,10 @@ def test_frontmatter_round_trip(full_size: bool, campaign_figures: Any) -> None:
         assert parsed.name == name
         assert parsed.body == expected_body(body)
         assert parsed.disable_model_invocation == doc.disable_model_invocation
-        neutralise = neutralise_shell_injection
+
+        def neutralise(text: str) -> str:
+            return neutralise_shell_injection(make_visible(text))
+
         assert dict(parsed.metadata) == {
             neutralise(key): neutralise(value) for key, value in metadata.items()
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from skilld.commands.common import CommandTable, Failure, Parser, print_json_line
+from skilld.commands.common import CommandTable, Failure, Parser, print_json_line, terminal_text
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -60,6 +60,9 @@ def print_lifecycle(lifecycle: LifecycleReport, *, several: bool) -> None:
     would = "would be " if lifecycle.dry_run else ""
     if several:
         print(f"library {lifecycle.library}:")
+    if lifecycle.refused is not None:
+        print(terminal_text(f"{lifecycle.refused}: nothing moved"))
+        return
     for t in lifecycle.transitions:
         print(f"{would}{t.kind:<12} {t.name:<32} {t.reason}")
     for name in lifecycle.disabled:

@@ -31,7 +31,12 @@ if TYPE_CHECKING:  # loaded by the handlers that use them: a hook's `usage` need
 
 
 def cmd_skills_list(app: App, args: argparse.Namespace) -> int:
-    rows = skill_rows(app, args.library, repository=args.repository, branch=args.branch)
+    problems: list[str] = []
+    rows = skill_rows(
+        app, args.library, repository=args.repository, branch=args.branch, problems=problems
+    )
+    for problem in problems:
+        print(terminal_text(f"skilld: {problem}"), file=sys.stderr)
     if args.json:
         print_json_line(rows)
         return 0

@@ -20,6 +20,7 @@ from typing import Any
 from skilld.app import App
 from skilld.curator._lifecycle import LiveSkill, Thresholds, Transition, plan_pass
 from skilld.errors import LibraryError, Protected
+from skilld.fsutil import UnsafePath
 from skilld.routing import DEFAULT_LIBRARY
 from skilld.skills.document import SkillParseError, parse_skill
 from skilld.skills.library import Library, SkillEntry
@@ -55,6 +56,9 @@ class LifecycleReport:
     #: Skills whose verdict is `worse` (skilld effect), with the evidence: reported for a
     #: person to judge, never moved for it.
     worse: list[dict[str, str]] = field(default_factory=list)
+    #: Why the pass moved nothing: the usage sidecar it judges by was refused (a link, not
+    #: a regular file); no record read is not no use.
+    refused: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +78,7 @@ class LifecycleReport:
             "enabled_model_invocation": self.enabled,
             "failures": [asdict(f) for f in self.failures],
             "worse": self.worse,
+            "refused": self.refused,
         }
 
 
@@ -119,7 +124,11 @@ def run_lifecycle(
     disabled = set(app.state.get_meta(disabled_key, []))
     report = LifecycleReport(now, dry_run, len(entries), len(managed), library=library.name)
     anchors = _CreationAnchors(app, library, managed)
-    records = library.usage_records()
+    try:
+        records = library.usage_records()
+    except UnsafePath as refused:
+        report.refused = f"usage not read: {refused}"
+        return report
     exposed, report.worse = _effect_of(app, library)
     candidates = [
         LiveSkill(e.name, e.owner, record, anchors.created_at(e.name, record), exposed.get(e.name))

@@ -94,8 +94,9 @@ async def curate(
     if llm is not None:
         from skilld.curator.consolidate import consolidate  # a pass a day: not at every start
     for library in app.all_libraries() if libraries is None else libraries:
-        run.lifecycle.append(run_lifecycle(app, library, now=now, dry_run=dry_run))
-        if llm is not None:
+        lifecycle = run_lifecycle(app, library, now=now, dry_run=dry_run)
+        run.lifecycle.append(lifecycle)
+        if llm is not None and lifecycle.refused is None:
             run.consolidation.append(await consolidate(app, library, llm, dry_run=dry_run))
     if llm is not None and not dry_run:
         write_report(app.config.state.dir / "reports", run)

@@ -8,20 +8,21 @@ once per source by the backfill pass over history the tick itself never holds.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
-
-import anyio
 
 from skilld.effect import store
 from skilld.effect.extract import COUNTED_CLASSES, extract, utc_iso
 from skilld.effect.watch import Reach
 from skilld.gitinfo import GitContext
-from skilld.transcripts.model import Cursor, ScanResult, SessionRead, Source
+from skilld.transcripts.model import Cursor, ScanResult, SessionRead
 
 if TYPE_CHECKING:
     from skilld.state import StateDB
+
+#: The source's scan again from other cursors (its binding's `scan`, by stored keys).
+Rescan = Callable[[Mapping[str, Cursor]], Awaitable[ScanResult]]
 
 
 def record_session_read(
@@ -92,13 +93,13 @@ class Recorder:
         self.batch = []
 
     async def history(
-        self, source: Source, cursors: Mapping[str, Cursor], scan: ScanResult, first_look: bool
+        self, rescan: Rescan, cursors: Mapping[str, Cursor], scan: ScanResult, first_look: bool
     ) -> None:
         """On a source's first look that saw its files (a failed look is no first look), the
         history the backfill window left at its end: see `record_history`."""
         if first_look and (scan.seen or not scan.errors):
             self.reach.known = False  # what history holds is not counted
-            await record_history(self.state, source, self.library, cursors, scan, self.observe)
+            await record_history(self.state, rescan, self.library, cursors, scan, self.observe)
 
 
 def record_session_loads(
@@ -114,7 +115,7 @@ def record_session_loads(
 
 async def record_history(
     state: StateDB,
-    source: Source,
+    rescan: Rescan,
     library: str,
     cursors: Mapping[str, Cursor],
     scan: ScanResult,
@@ -128,7 +129,7 @@ async def record_history(
     if not skipped:
         return
     known = {key: cursor for key, cursor in cursors.items() if key not in skipped}
-    history = await anyio.to_thread.run_sync(lambda: source.scan(known))
+    history = await rescan(known)
     batch: list[store.ReadRecord] = []
     with state.transaction() as conn:
         for read in history.reads:

@@ -36,6 +36,7 @@ from skilld.evolve.settlement import (
     decide,
     redirected,
 )
+from skilld.fsutil import UnsafePath
 from skilld.gitinfo import from_json, repository_of
 from skilld.projects import (
     ProjectDecision,
@@ -106,12 +107,18 @@ class Settler:
         settling = _Settling(kept, library, root, origin, window, report)
         candidate = candidate_of(kept.body, git.branch if git else None)
         project = self._project_decision(kept, root) if root is not None else None
-        facts = self._facts(library, project, candidate)
-        decision = decide(candidate, facts)
-        if isinstance(decision, Redirect):
-            candidate = redirected(candidate, decision.near)
+        try:
             facts = self._facts(library, project, candidate)
             decision = decide(candidate, facts)
+            if isinstance(decision, Redirect):
+                candidate = redirected(candidate, decision.near)
+                facts = self._facts(library, project, candidate)
+                decision = decide(candidate, facts)
+        except UnsafePath as refused:
+            # The skill's pin is in a usage sidecar the tree guard refuses (a link): a fault of
+            # this machine, like a failed write. The proposal is kept until it is gone.
+            failed = WriteFailed(candidate.doc.name, str(refused))
+            return self._record(settling, candidate, failed)
         if isinstance(decision, MergeFirst):
             args = (decision.current, decision.proposed, kept, library, report, spend)
             merged = after_merge(candidate, await self.merge(*args))

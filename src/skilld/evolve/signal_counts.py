@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 from skilld.effect.record import record_session_loads
 from skilld.effect.watch import Reach
+from skilld.fsutil import UnsafePath
+from skilld.log import get_logger
 from skilld.skills.library import Library
 from skilld.skills.usage import happened_at
 from skilld.state import StateDB
@@ -40,7 +42,14 @@ def count_signals(
             key = (signal.name, session)
             last_use[key] = max(at, last_use.get(key, at))
     for name, (library, batch) in bumps.items():
-        library.usage.bump_dated(batch)
+        try:
+            library.usage.bump_dated(batch)
+        except UnsafePath as refused:
+            # A sidecar the tree guard refuses (a link) is not written through: these uses
+            # count in state.db only, and the tick goes on.
+            get_logger("skilld.evolve").warning(
+                "usage_not_counted", library=name, uses=len(batch), reason=str(refused)
+            )
         if name in uses:
             state.record_uses(
                 name,

@@ -214,9 +214,11 @@ class Evolver:
         cursors = self._cursors.get(sid)
         if cursors is None:
             cursors = self._cursors[sid] = state.cursors(sid)
-        scan = await anyio.to_thread.run_sync(
-            lambda: binding.source.scan(cursors, start_new_at_end_before=cutoff)
-        )
+
+        def held_elsewhere(key: str) -> bool:
+            return state.session_source(key) not in (None, sid)
+
+        scan = await binding.scan(cursors, held_elsewhere, start_new_at_end_before=cutoff)
         report.skipped_lines += scan.skipped_lines + sum(r.skipped_lines for r in scan.reads)
         report.source_errors.extend(scan.errors)
         now = self.clock()
@@ -264,7 +266,12 @@ class Evolver:
                 # A first look that saw nothing because the source failed is no first look:
                 # the backfill policy still applies to the files it will find once readable.
                 state.set_meta(started_key, True)
-        await recorder.history(binding.source, cursors, scan, first_time and cutoff is not None)
+        await recorder.history(
+            lambda known: binding.scan(known, held_elsewhere),
+            cursors,
+            scan,
+            first_time and cutoff is not None,
+        )
         if signals:
             self._count_signals(library, signals)
 

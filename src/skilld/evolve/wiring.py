@@ -3,21 +3,46 @@ bound to the library it feeds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
+
+import anyio
 
 from skilld.config import Config
 from skilld.llm import LLMSettings
 from skilld.routing import Routing, source_id_of
-from skilld.transcripts.model import Source
+from skilld.transcripts.identity import StoredKeys
+from skilld.transcripts.model import Cursor, ScanResult, Source
 from skilld.transcripts.registry import build_source
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SourceBinding:
     id: str  # "<kind>:<path>": the key of its sessions' cursors in state.db
     kind: str
     source: Source
     library: str  # the user library its sessions learn into
+
+    @cached_property
+    def keys(self) -> StoredKeys:
+        return StoredKeys.of(self.kind, self.id)
+
+    async def scan(
+        self,
+        cursors: Mapping[str, Cursor],
+        held_elsewhere: Callable[[str], bool],
+        *,
+        start_new_at_end_before: float | None = None,
+    ) -> ScanResult:
+        """The source's scan (in a worker thread) from its stored `cursors`, by stored keys
+        (`skilld.transcripts.identity`); `held_elsewhere(key)`: another source's session is
+        stored under `key`."""
+        own = self.keys.source_cursors(cursors)
+        found = await anyio.to_thread.run_sync(
+            lambda: self.source.scan(own, start_new_at_end_before=start_new_at_end_before)
+        )
+        return self.keys.stored_scan(found, cursors, held_elsewhere)
 
 
 def llm_settings(config: Config) -> LLMSettings:

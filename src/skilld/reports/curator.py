@@ -31,8 +31,11 @@ def curator_report(app: App, *, runs: int = 10) -> dict[str, Any]:
             moved.setdefault(event.ts, []).append(event.as_dict())
     upcoming = []
     archived = []
+    problems = []
     for library in app.all_libraries():
         plan = run_lifecycle(app, library, now=at, dry_run=True)
+        if plan.refused is not None:
+            problems.append(f"library {library.name}: {plan.refused}: the curator moves nothing")
         upcoming += [
             {
                 "library": library.name,
@@ -58,4 +61,5 @@ def curator_report(app: App, *, runs: int = 10) -> dict[str, Any]:
         "runs": [{"at": ts, "moves": moves} for ts, moves in moved.items()],
         "upcoming": upcoming,
         "archived": archived,
+        "problems": problems,
     }

@@ -32,11 +32,13 @@ class ListedSkill(NamedTuple):
     git: str | None
 
 
-def listed_skills(library: "Library") -> list[ListedSkill]:
-    """Every skill of `library` (live or archived), by name: `library_rows` before the rows."""
+def listed_skills(library: "Library", problems: list[str] | None = None) -> list[ListedSkill]:
+    """Every skill of `library` (live or archived), by name: `library_rows` before the rows.
+    A usage sidecar the tree guard refuses lists every skill without usage, and its reason
+    goes to `problems`."""
     from skilld.skills.layout import SKILL_FILE
 
-    usage = library.usage_records()
+    usage = listed_usage(library, problems)
     provenance = library.state.all_provenance(library.name)
     entries: list[tuple[str, str, str, str | None]] = [
         (e.name, e.owner, e.file, e.error)
@@ -69,6 +71,16 @@ def listed_skills(library: "Library") -> list[ListedSkill]:
     return listed
 
 
+def listed_usage(
+    library: "Library", problems: list[str] | None = None
+) -> Mapping[str, Mapping[str, Any]]:
+    """The usage records a listing shows; a refused sidecar's reason goes to `problems`."""
+    records, refused = library.listed_usage()
+    if refused is not None and problems is not None:
+        problems.append(f"library {library.name}: usage not read: {refused}")
+    return records
+
+
 def skill_row(skill: ListedSkill) -> dict[str, Any]:
     """The row `skills list --json` prints for `skill`."""
     from skilld.skills.usage import latest_activity_at
@@ -91,10 +103,10 @@ def skill_row(skill: ListedSkill) -> dict[str, Any]:
     }
 
 
-def library_rows(library: "Library") -> list[dict[str, Any]]:
+def library_rows(library: "Library", problems: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per skill of `library` (live or archived), with its usage and where its
     current version was learned (`git`, null when unknown)."""
-    return [skill_row(skill) for skill in listed_skills(library)]
+    return [skill_row(skill) for skill in listed_skills(library, problems)]
 
 
 def skill_rows(
@@ -103,11 +115,13 @@ def skill_rows(
     *,
     repository: str | None = None,
     branch: str | None = None,
+    problems: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """`skills list --json`: every skill of `library`, or of every library; with `repository`
-    or `branch`, only those whose current version was learned there."""
+    or `branch`, only those whose current version was learned there. What kept a library's
+    usage from being read goes to `problems`."""
     libraries = [app.select(library)] if library is not None else app.all_libraries()
-    rows = [row for lib in libraries for row in library_rows(lib)]
+    rows = [row for lib in libraries for row in library_rows(lib, problems)]
     if repository is None and branch is None:
         return rows
     return [row for row in rows if learned_on(row["git"], repository, branch)]
@@ -151,11 +165,11 @@ def _git_json(git: "GitContext | None") -> dict[str, str | None] | None:
     return git.as_json() if git is not None else None
 
 
-def tool_skill_rows(library: "Library") -> list[dict[str, Any]]:
+def tool_skill_rows(library: "Library", problems: list[str] | None = None) -> list[dict[str, Any]]:
     """The MCP server's `skill_list`: the live skills of one library, with descriptions."""
     from skilld.skills.usage import report_row
 
-    records = library.usage_records()
+    records = listed_usage(library, problems)
     skills = []
     for entry in library.discover():
         row = report_row(entry.name, records.get(entry.name) or {})

@@ -57,7 +57,7 @@ def skill_effect(
     from skilld.versions import VERSION_KINDS, current_version, numbered_versions
 
     if record is None:
-        record = library.usage_records().get(name) or {}
+        record = library.listed_usage()[0].get(name) or {}
     latest = latest_activity_at(record) if record else None
     sessions = app.state.skill_sessions(library.name, name)
     measured = effect_records(

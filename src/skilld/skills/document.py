@@ -495,14 +495,20 @@ def _dumper() -> Any:
 def render_skill(doc: SkillDoc, dialect: str) -> str:
     """Write ``doc`` as the text of a skill file in ``dialect`` (a dialect or a form).
 
-    Only the dialect's keys are written, and every load-time shell trigger is broken (see the
-    module docstring). In the agentskills dialect the when-to-use is folded into the
-    description (`fold_description`); in the hermes form it becomes the body's
-    `## When to Use` section. The body's line endings become LF and it ends in exactly one
-    newline. Render does not validate: call ``validate_skill`` first.
+    Only the dialect's keys are written, every load-time shell trigger is broken (see the
+    module docstring), and every character a person would not see is made visible
+    (`invisible.make_visible`; validation refuses them in the fields a listing shows). In
+    the agentskills dialect the when-to-use is folded into the description
+    (`fold_description`); in the hermes form it becomes the body's `## When to Use` section.
+    The body's line endings become LF and it ends in exactly one newline. Render does not
+    validate: call ``validate_skill`` first.
     """
     require_dialect(dialect)
-    neutralise = neutralise_shell_injection
+    from skilld.skills.invisible import make_visible  # a write's: no listing renders
+
+    def neutralise(text: str) -> str:
+        return neutralise_shell_injection(make_visible(text))
+
     when_to_use = doc.when_to_use or None
     body = doc.body
 
@@ -740,6 +746,10 @@ def _check_field_text(label: str, text: str, dialect: str) -> None:
                 f"{label} contains U+{ord(character):04X}, a control character or line "
                 "separator; only newline and tab are allowed"
             )
+    from skilld.skills.invisible import hidden_character
+
+    if (problem := hidden_character(label, text)) is not None:
+        raise InvalidSkill(problem)
 
 
 def _check_metadata(metadata: Mapping[str, str]) -> None:

@@ -197,6 +197,12 @@ class Library:
         local = self.usage.read()
         return self.team.team_usage(local) if self.team is not None else local
 
+    def listed_usage(self) -> tuple[dict[str, dict[str, Any]], str | None]:
+        """`usage_records` for what only shows them (a listing, a page), and why this host's
+        sidecar was not read: a refused one (`UsageStore.read_listed`) shows as no records."""
+        local, refused = self.usage.read_listed()
+        return (self.team.team_usage(local) if self.team is not None else local), refused
+
     def managed_names(self) -> list[str]:
         """Skills skilld wrote and nobody changed since, by hash: what the cap counts
         (`ManagedCount`)."""

@@ -21,6 +21,7 @@ the records that can still be decoded; it never silently becomes empty.
 
 import _thread
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -30,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, get_args
 
-from skilld.fsutil import fsync_dir, read_tree_file
+from skilld.fsutil import UnsafePath, fsync_dir, read_tree_file
 from skilld.log import get_logger
 
 USAGE_FILE: Final = ".usage.json"
@@ -349,6 +350,16 @@ class UsageStore:
             with self._file_locked():
                 return self._load()[1].records
 
+    def read_listed(self) -> tuple[dict[str, Record], str | None]:
+        """`read()` for what only shows records (a listing, a page): the records and None, or,
+        when the tree guard refuses the sidecar or its lock (a link, not a regular file, over
+        the bound), no records and the reason. Anything that decides from records (the curator,
+        a write) uses `read()`, which raises UnsafePath for it: no record is not no use."""
+        try:
+            return self.read(), None
+        except UnsafePath as refused:
+            return {}, str(refused)
+
     def get(self, name: str) -> Record | None:
         return self.read().get(name)
 
@@ -579,7 +590,13 @@ class UsageStore:
         if self._lock_fd is None or self._lock_pid != pid:
             self.skills_dir.mkdir(parents=True, exist_ok=True)
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            self._lock_fd = os.open(self.lock_path, flags, _FILE_MODE)
+            try:
+                self._lock_fd = os.open(self.lock_path, flags, _FILE_MODE)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                message = f"{LOCK_FILE} is a symbolic link inside {self.skills_dir}"
+                raise UnsafePath(message) from None
             self._lock_pid = pid
         return self._lock_fd
 

@@ -72,6 +72,11 @@ class SessionTable(Database):
         row = self.conn.execute("SELECT * FROM sessions WHERE key = ?", (key,)).fetchone()
         return _session(row) if row else None
 
+    def session_source(self, key: str) -> str | None:
+        """The id of the source whose session is stored under `key`, if any."""
+        row = self.conn.execute("SELECT source FROM sessions WHERE key = ?", (key,)).fetchone()
+        return row["source"] if row else None
+
     def sessions_with_pending(self) -> list[str]:
         rows = self.conn.execute(
             "SELECT key FROM sessions WHERE pending_count > 0 ORDER BY COALESCE(mtime, 0), key"

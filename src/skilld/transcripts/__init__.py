@@ -2,9 +2,10 @@
 
 The rest of skilld builds sources with `build_source` and sees only
 `Source.scan` results: `ScanResult`, `SessionRead`, `Message`, `ToolCall`, and the skill
-signals `skill_signals` derives from a read. Each source kind lives in its own module (`jsonl`,
-`claude_code`, `codex`, `hermes`, the `dsh` package), imported only when configured; modules
-named `_*` are internal to this package.
+signals `skill_signals` derives from a read; `StoredKeys` turns a source's own session keys
+into the keys state.db stores, unique across sources. Each source kind lives in its own module
+(`jsonl`, `claude_code`, `codex`, `hermes`, the `dsh` package), imported only when configured;
+modules named `_*` are internal to this package.
 """
 
 from skilld import lazy_exports
@@ -23,6 +24,7 @@ _EXPORTS = {
         ],
         "model",
     ),
+    "StoredKeys": "identity",
     "cut_text": "normalise",
     "build_source": "registry",
     "skill_signals": "signals",

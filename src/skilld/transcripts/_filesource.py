@@ -214,20 +214,35 @@ def settle_keys(files: Sequence[SessionFile], owners: Mapping[str, str]) -> list
 
     A file a cursor names keeps that cursor's key. A new file takes its natural key when no
     other new file shares it and no cursor holds it (a cursor's file may be away for now and
-    come back); else its qualified key, so that only the newcomer is qualified.
+    come back); else its qualified key, so that only the newcomer is qualified. A qualified key
+    taken too (`a/x.jsonl` holds `jsonl:x`, the natural and qualified key of a newcomer `x.jsonl`)
+    is numbered: `jsonl:x~2`. No two files ever get one key.
     """
-    held = set(owners.values())
+    taken = set(owners.values())
     newcomers = Counter(file.key for file in files if file.relative not in owners)
-    settled = []
+    keys = {file.relative: owners[file.relative] for file in files if file.relative in owners}
     for file in files:
-        if file.relative in owners:
-            key = owners[file.relative]
-        elif newcomers[file.key] == 1 and file.key not in held:
+        if file.relative in keys:
+            continue
+        if newcomers[file.key] == 1 and file.key not in taken:
             key = file.key
         else:
-            key = file.qualified_key or _relative_key(file)
-        settled.append(file if key == file.key else replace(file, key=key))
-    return settled
+            key = _free(file.qualified_key or _relative_key(file), taken)
+        taken.add(key)
+        keys[file.relative] = key
+    return [
+        file if keys[file.relative] == file.key else replace(file, key=keys[file.relative])
+        for file in files
+    ]
+
+
+def _free(key: str, taken: set[str]) -> str:
+    """`key`, or the first of `key~2`, `key~3`, … that is not taken."""
+    number, free = 1, key
+    while free in taken:
+        number += 1
+        free = f"{key}~{number}"
+    return free
 
 
 def _relative_key(file: SessionFile) -> str:

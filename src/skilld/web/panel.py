@@ -239,10 +239,11 @@ class Panel:
         def build(app: App) -> dict[str, Any]:
             libraries = [lib.name for lib in app.all_libraries()]
             chosen = [app.select(library)] if library in libraries else app.all_libraries()
+            problems: list[str] = []
             skills = [
                 skill
                 for lib in chosen
-                for skill in listed_skills(lib)
+                for skill in listed_skills(lib, problems)
                 if (owner is None or skill.owner == owner)
                 and (state is None or skill.state == state or (state == "pinned" and skill.pinned))
                 and (
@@ -277,7 +278,13 @@ class Panel:
                 row["description"] = one_line(
                     self.description(library_of[row["library"]], row["path"], row["broken"])
                 )
-            return {"rows": shown, "total": len(skills), "pages": pages, "libraries": libraries}
+            return {
+                "rows": shown,
+                "total": len(skills),
+                "pages": pages,
+                "libraries": libraries,
+                "problems": problems,
+            }
 
         values = await self.with_app(build)
         filters = {
@@ -323,7 +330,7 @@ class Panel:
             archived = library.archived().get(name)
             if entry is None and archived is None:
                 return None
-            record = library.usage_records().get(name) or {}
+            record = library.listed_usage()[0].get(name) or {}
             if entry is None:
                 assert archived is not None
                 file = archived / SKILL_FILE if archived.is_dir() else archived
@@ -411,7 +418,8 @@ class Panel:
                     except LibraryError as exc:
                         broken = str(exc)
                 diff = proposal_diff(current, proposal) if current is not None else None
-                record = target.usage_record(entry.name) if entry is not None else None
+                # Shown only: a sidecar the guard refuses shows no pin; an approval reads it.
+                record = target.listed_usage()[0].get(entry.name) if entry is not None else None
                 blocked = target.protection(entry, record) if entry is not None else None
                 items.append(
                     {
