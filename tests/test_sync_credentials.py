@@ -13,11 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import Workspace
 from tests.githttp import AuthGitServer
+from tests.loopback import browser_like
 from tests.synchosts import Person, bare_remote, plain_git, remote_subjects, skill_text
 
 #: Tokens of letters and `._-` only, at most 32 characters: no shape redaction knows.
@@ -186,10 +186,11 @@ def test_status_config_and_the_panel_mask_a_short_plain_token(
         url = process.stdout.readline().removeprefix("skilld web: ").strip()
         origin = url.split("/?", 1)[0].rstrip("/")
         bearer = {"authorization": f"Bearer {WEB_TOKEN}"}
-        for path in ("/api/status", "/"):
-            answer = httpx.get(origin + path, headers=bearer, timeout=10)
-            assert answer.status_code == 200
-            said[path] = answer.text
+        with browser_like(headers=bearer, timeout=10) as panel:
+            for path in ("/api/status", "/"):
+                answer = panel.get(origin + path)
+                assert answer.status_code == 200
+                said[path] = answer.text
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=15)
     finally:
