@@ -729,3 +729,10 @@ def risky_patterns(*texts: str) -> list[str]:
             judgement.script(parse(region, prose=prose))
     found = judgement.settle()
     return [name for name in PATTERNS if name in found]
+
+
+def download_hold(*texts: str) -> str | None:
+    """Why a skill of `texts` waits for a person (`download-and-execute: <patterns>`), or
+    None: a learned skill (`publish = "auto"` too) and one an agent writes alike."""
+    risky = risky_patterns(*texts)
+    return "download-and-execute: " + ", ".join(risky) if risky else None
