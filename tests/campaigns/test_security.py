@@ -10,7 +10,10 @@
 - A skills-dir entry that is a symlink out of the root (to `/etc`) is listed as broken and never
   written through.
 - Instructions in a tool's output stay inside the transcript delimiters of the request, and a
-  skill that downloads and executes code is staged for review even with `publish = "auto"`.
+  skill that downloads and executes code is staged for review even with `publish = "auto"`,
+  in each form the command stream shows it (tests/test_safety.py has the table).
+- Instructions in an existing skill's description stay inside the listing's own delimiters,
+  never in the system message.
 - Planted secrets of 12 kinds never appear in a request body, a skill file, an event, a staged
   proposal or a log line, even with a model that echoes its whole window back.
 
