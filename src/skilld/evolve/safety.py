@@ -52,7 +52,7 @@ _NAMED_FETCHERS = _FETCHERS - {"fetch"}
 #: .NET download methods PowerShell one-liners call.
 _DOTNET_DOWNLOAD = re.compile(r"\.download(?:string|data|file)\b", re.IGNORECASE)
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh"})
-_SCRIPTING = frozenset({"perl", "ruby", "node", "nodejs", "php"})
+_SCRIPTING = frozenset({"perl", "ruby", "node", "nodejs", "php", "lua", "luajit", "tclsh"})
 _PYTHON = re.compile(r"python[0-9.]*|pypy[0-9.]*")
 _POWERSHELL = frozenset({"pwsh", "powershell", "powershell.exe", "pwsh.exe"})
 _IEX = frozenset({"iex", "invoke-expression"})
@@ -63,7 +63,7 @@ _WRAPPERS: dict[str, frozenset[str]] = {
         {"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T", "--user", "--group"}
     ),
     "doas": frozenset({"-u", "-C"}),
-    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir", "--split-string"}),
+    "env": frozenset({"-u", "-C", "--unset", "--chdir"}),
     "xargs": frozenset(
         {"-I", "-i", "-n", "-P", "-L", "-l", "-d", "-E", "-e", "-s", "-a", "--delimiter"}
     ),
@@ -84,6 +84,8 @@ _WRAPPERS: dict[str, frozenset[str]] = {
 }
 #: Wrappers whose first operand is not yet the command (`timeout 60 bash`, `taskset 3 sh`).
 _WRAPPER_OPERAND = frozenset({"timeout", "taskset", "chrt"})
+#: `sudo -s`, `sudo -i`, `doas -s`: a shell of its own, which reads its input.
+_SHELL_OPTION = re.compile(r"-[A-Za-z]*[si][A-Za-z]*|--shell|--login")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _DECLARATIONS = frozenset({"export", "local", "readonly", "declare", "typeset"})
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -327,15 +329,21 @@ def regions(text: str) -> Iterator[tuple[str, bool]]:
 
 
 def _name(word: Word) -> str:
-    """The program a word names: no quotes, no trailing punctuation of prose, no directory."""
-    text = word.text.strip("\"'")
+    """The program a word names: no quotes or backslashes (`b\\ash`, `"bash"` are bash to a
+    shell), no trailing punctuation of prose, no directory."""
+    text = _bare(word)
     if text == ".":
         return text
-    return text.rstrip(".,:;!?").rsplit("/", 1)[-1].lower()
+    name = text.rstrip(".,:;!?").rsplit("/", 1)[-1].lower()
+    return "sh" if name in ("$shell", "${shell}") else name
+
+
+#: What a shell removes from a word before it runs it.
+_QUOTING = str.maketrans("", "", "\"'\\")
 
 
 def _bare(word: Word) -> str:
-    return word.text.strip("\"'")
+    return word.text.translate(_QUOTING)
 
 
 def _base(path: str) -> str:
@@ -346,17 +354,20 @@ def _looks_like_file(text: str) -> bool:
     return "/" in text or "." in text or "$" in text
 
 
-def _unwrap(words: Sequence[Word], index: int = 0) -> tuple[int, bool]:
-    """The index of the word that is the program, past assignments and wrappers, and whether
-    `xargs` feeds it words read from its input."""
-    via_xargs = False
+def _unwrap(words: Sequence[Word], index: int = 0) -> tuple[int, bool, bool]:
+    """The index of the word that is the program, past assignments and wrappers; whether
+    `xargs` feeds it words read from its input; whether a wrapper is itself a shell reading
+    its input when no program follows (`sudo -s`, `su` without `-c`)."""
+    via_xargs = shell = False
     while index < len(words):
         if _ASSIGNMENT.match(_bare(words[index])):
             index += 1
             continue
         name = _name(words[index])
         if name == "su":
-            index = _after_option(words, index + 1, "-c", "--command")
+            command = _after_option(words, index + 1, "-c", "--command")
+            shell = command >= len(words)
+            index = len(words) if shell else command
             continue
         valued = _WRAPPERS.get(name)
         if valued is None:
@@ -371,12 +382,14 @@ def _unwrap(words: Sequence[Word], index: int = 0) -> tuple[int, bool]:
             if _ASSIGNMENT.match(option) and name == "env":
                 index += 1
             elif option.startswith("-") and len(option) > 1:
+                if name in ("sudo", "doas") and _SHELL_OPTION.fullmatch(option):
+                    shell = True
                 index += 2 if option in valued else 1
             else:
                 break
         if name in _WRAPPER_OPERAND:
             index += 1
-    return min(index, len(words)), via_xargs
+    return min(index, len(words)), via_xargs, shell
 
 
 def _after_option(words: Sequence[Word], start: int, *options: str) -> int:
@@ -395,8 +408,14 @@ class _Source:
     at: int = -1  # the index of the code or the file word
 
 
+_STDIN_FILES = frozenset({"-", "/dev/stdin", "/proc/self/fd/0"})
 #: The short options with which an interpreter takes its program as a word (python: `-c`).
-_CODE_FLAGS = {"perl": "eE", "ruby": "e", "node": "ep", "nodejs": "ep", "php": "r"}
+_CODE_FLAGS = {
+    **dict.fromkeys(["perl"], "eE"),
+    **dict.fromkeys(["ruby", "lua", "luajit"], "e"),
+    **dict.fromkeys(["node", "nodejs"], "ep"),
+    "php": "r",
+}
 
 
 def _program_source(name: str, words: Sequence[Word], index: int) -> _Source:
@@ -404,7 +423,7 @@ def _program_source(name: str, words: Sequence[Word], index: int) -> _Source:
     code_flags = _CODE_FLAGS.get(name, "c")
     while index < len(words):
         option = _bare(words[index])
-        if option in ("-", "/dev/stdin", "/proc/self/fd/0"):
+        if option in _STDIN_FILES:
             return _Source("stdin")
         if option == "--" and name not in _POWERSHELL:
             index += 1
@@ -485,7 +504,7 @@ _URLISH = re.compile(r".*://|.*\$|(?:localhost|[\w-]+(?:\.[\w-]+)+)(?::[0-9]+)?(
 
 def _fetch(words: Sequence[Word]) -> _Fetch | None:
     """The download `words` make, if they make one."""
-    index, _ = _unwrap(words)
+    index, _, _ = _unwrap(words)
     if index < len(words) and _name(words[index]) in _FETCHERS:
         args = words[index + 1 :]
         if any(_URLISH.match(_bare(arg)) for arg in args):
@@ -620,11 +639,12 @@ class _Judgement:
             feeding = feeding or fetch is not None or any(word.fetches for word in command.words)
             if feeding:
                 self._written(command)
+                self._fed_substitutions(command)
             reading.update(self._file(word.text) for word in command.words[1:])
 
     def _written(self, command: Command) -> None:
         """The files a command writes what a download fed it into (`| tee x.sh`, `> x.sh`)."""
-        index, _ = _unwrap(command.words)
+        index, _, _ = _unwrap(command.words)
         if index < len(command.words) and _name(command.words[index]) == "tee":
             self.downloaded.update(
                 self._file(word.text)
@@ -635,13 +655,21 @@ class _Judgement:
             if ">" in operator:
                 self.downloaded.add(self._file(target.text))
 
+    def _fed_substitutions(self, command: Command) -> None:
+        """`| tee >(sh)`, `> >(bash)`: a process substitution reading what a download fed."""
+        for word in (*command.words, *(target for _, target in command.redirects)):
+            if word.text.startswith(">(") and word.inner and word.inner[0]:
+                interpreter = self.command(word.inner[0][0][0], 0, 0)
+                if interpreter is not None:
+                    self.found.add(_piped_name(interpreter))
+
     def command(self, command: Command, start: int, depth: int) -> str | None:
         """Judge the command in `command.words[start:]`; the interpreter it is, when it runs
         what it reads from its input."""
         words = command.words
-        index, via_xargs = _unwrap(words, start)
+        index, via_xargs, shell = _unwrap(words, start)
         if index >= len(words):
-            return None
+            return "sh" if shell else None
         program = words[index]
         name = _name(program)
         if _runs_fetch(program):
@@ -682,6 +710,8 @@ class _Judgement:
                 # `sh -c "curl … | sh"`: the code is a command too.
                 return self.command(command, source.at, depth + 1)
             return None
+        if source.kind == "file" and _bare(words[source.at]) in _STDIN_FILES:
+            source = _Source("stdin")  # `source /dev/stdin <<< "$(curl …)"`
         if source.kind == "file":
             script = words[source.at]
             if _runs_fetch(script):
