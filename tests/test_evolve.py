@@ -116,8 +116,9 @@ async def test_existing_skills_are_listed_in_the_prompt(loop: Loop) -> None:
     loop.add("s2", conversation("the docs"))
     loop.llm.push(skip_reply())
     await loop.tick()
-    system = loop.llm.requests[-1]["messages"][0]["content"]
-    assert "- fix-the-build: Fix a broken build." in system
+    system, user = (m["content"] for m in loop.llm.requests[-1]["messages"])
+    assert "- fix-the-build: Fix a broken build." in user
+    assert "Fix a broken build." not in system
 
 
 async def test_unfinished_turn_waits(loop: Loop) -> None:

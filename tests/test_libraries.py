@@ -662,8 +662,8 @@ def test_hermes_own_skills_in_category_folders_are_seen_and_never_copied(machine
     machine.ok("once")
 
     [request] = reflections(machine.llm).values()
-    system = request["messages"][0]["content"]
-    assert "- restart-gunicorn: Stop intermittent nginx 502s by aligning" in system
+    listing = request["messages"][1]["content"]
+    assert "- restart-gunicorn: Stop intermittent nginx 502s by aligning" in listing
     [refused] = machine.events("protected")
     assert (refused["library"], refused["skill"]) == ("hermes", "restart-gunicorn")
     assert "owned by human" in refused["reason"]
@@ -751,7 +751,7 @@ def test_project_skills_land_in_allowed_projects_only_and_never_leak(machine: Ma
         key.removeprefix("claude-code:").removesuffix("-0000"): {
             skill
             for skill in ("alpha-fixtures", "beta-fixtures", "gamma-fixtures", "bisect-flaky-tests")
-            if f"\n- {skill}: " in request["messages"][0]["content"]
+            if f"\n- {skill}: " in request["messages"][1]["content"]
         }
         for key, request in reflections(machine.llm).items()
     }

@@ -78,7 +78,8 @@ TOOLS: tuple[Tool, ...] = (
         "skill_write",
         "Write a skill",
         "Create a skill, or update one skilld manages. `content` is the Markdown body (no "
-        "frontmatter); `whenToUse` says when an agent should load it.",
+        "frontmatter); `whenToUse` says when an agent should load it. A skill that downloads "
+        "and runs code is staged for a person to approve (outcome `staged`), not written.",
         (
             NAME,
             Param("description", "One line: what the skill does, for choosing it."),
@@ -87,10 +88,14 @@ TOOLS: tuple[Tool, ...] = (
         ),
         _object(
             {
-                "outcome": {"type": "string", "enum": ["created", "updated", "unchanged"]},
+                "outcome": {
+                    "type": "string",
+                    "enum": ["created", "updated", "unchanged", "staged"],
+                },
                 "name": _STRING,
                 "path": _STRING,
                 "redacted": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "reason": _STRING,
             },
             ("outcome", "name", "path", "redacted"),
         ),

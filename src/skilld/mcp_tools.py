@@ -7,7 +7,9 @@ carrying the reason; it never ends the server.
 
 An agent writes skills from its own context, which can hold tool output with secrets in it:
 what `skill_write` receives is redacted like a learned skill, and new skills count against
-the library's cap like learned ones.
+the library's cap like learned ones. That context can hold anyone's instructions too (a web
+page, a README): a skill that downloads and runs code is staged for a person, as a learned
+one is even with `publish = "auto"` (`skilld review`), never written live.
 
 The server (`skilld.mcp_server`) imports this module on the first tool call, not before its
 handshake: the library code, SQLite and the redaction patterns are most of skilld's start-up.
@@ -19,13 +21,16 @@ from typing import Any
 
 from skilld.app import open_app
 from skilld.config import Config
-from skilld.errors import SkilldError
+from skilld.errors import LibraryError, SkilldError
+from skilld.evolve.review import ReviewQueue
+from skilld.evolve.safety import download_hold
 from skilld.mcp_server import Refused
 from skilld.redact import merge_counts, redact
 from skilld.reports.listing import tool_skill_rows
-from skilld.skills.document import SkillDoc
+from skilld.skills.document import SkillDoc, validate_skill
 from skilld.skills.library import Library
-from skilld.skills.outcomes import Origin, Written
+from skilld.skills.outcomes import Origin, Written, refused_or_written
+from skilld.skills.outcomes import Refused as WriteRefused
 
 TOOL = Origin(source="tool")
 
@@ -74,12 +79,57 @@ class SkillTools:
                     source=TOOL.source,
                     detail={"counts": counts, "stage": "tool"},
                 )
+            held = download_hold(doc.body, doc.description, doc.when_to_use or "")
+            if held is not None:
+                return {**self._stage(library, doc, held), "redacted": counts}
             result = library.apply(doc, TOOL)
         return {
             "outcome": result.kind if isinstance(result, Written) else "unchanged",
             "name": result.name,
             "path": str(result.path),
             "redacted": counts,
+        }
+
+    def _stage(self, library: Library, doc: SkillDoc, held: str) -> dict[str, Any]:
+        """Stage `doc` for a person's approval because of `held`, with a `staged` event. What
+        the write would refuse (a bad name or field, a skill that is not skilld's to change)
+        is refused as the write refuses it, event and all: a person could never approve it."""
+        refusal: WriteRefused | None = None
+        try:
+            doc = doc._replace(name=library.check_name(doc.name))
+            validate_skill(doc, library.form, max_content_chars=library.max_content_chars)
+        except (LibraryError, ValueError) as exc:
+            refusal = WriteRefused("invalid", doc.name, str(exc))
+        name = doc.name
+        existing = library.get(name)
+        if refusal is None and existing is not None:
+            protection = library.protection(existing, library.usage_record(existing.name))
+            if protection is not None:
+                refusal = WriteRefused("protected", name, f"{protection}: not staged ({held})")
+        if refusal is not None:
+            library.commit(refusal, TOOL)
+            refused_or_written(refusal)  # raises Protected or LibraryError, as a write would
+        path = ReviewQueue(self.config.state.dir / "pending").stage(
+            doc,
+            TOOL,
+            library=library.name,
+            storage_key=library.spec.storage_key,
+            reason="written with the MCP tool skill_write",
+            held_because=held,
+        )
+        library.state.add_event(
+            "staged",
+            library=library.name,
+            skill=name,
+            source=TOOL.source,
+            reason=held,
+            detail={"path": str(path), "target": str(library.root / name)},
+        )
+        return {
+            "outcome": "staged",
+            "name": name,
+            "path": str(path),
+            "reason": f"{held}; a person approves it with `skilld review approve {name}`",
         }
 
     def delete(self, name: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ _EXPORTS = {
         "report",
     ),
     **dict.fromkeys(["ReviewQueue", "Staged"], "review"),
-    **dict.fromkeys(["risky_patterns"], "safety"),
+    **dict.fromkeys(["download_hold", "risky_patterns"], "safety"),
     **dict.fromkeys(["Evolver"], "supervisor"),
     **dict.fromkeys(["delimit"], "window"),
     **dict.fromkeys(["SourceBinding", "bind_sources", "llm_settings"], "wiring"),

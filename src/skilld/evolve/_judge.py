@@ -14,7 +14,7 @@ from typing import Any
 
 from skilld.evolve._similar import closest
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Decline, Proposal, Violation, parse_reply
-from skilld.evolve.safety import risky_patterns
+from skilld.evolve.safety import download_hold
 from skilld.llm import LLMError
 from skilld.redact import merge_counts, redact
 from skilld.skills.document import InvalidSkill, SkillDoc, validate_skill
@@ -120,9 +120,9 @@ def redirect(doc: SkillDoc, near: dict[str, Any]) -> SkillDoc:
 
 def hold_reason(doc: SkillDoc, *, review_mode: bool) -> str | None:
     """Why a person must approve `doc` before it is published, or None."""
-    risky = risky_patterns(doc.body, doc.description, doc.when_to_use or "")
-    if risky:
-        return "download-and-execute: " + ", ".join(risky)
+    held = download_hold(doc.body, doc.description, doc.when_to_use or "")
+    if held is not None:
+        return held
     return "review mode" if review_mode else None
 
 

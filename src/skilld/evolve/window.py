@@ -128,8 +128,9 @@ class Window(NamedTuple):
         return f"{self.open_tag}\n{self.text}\n{self.close_tag}"
 
 
-def delimit(body: str, *, token: str | None = None) -> Window:
-    """Wrap `body` in tags carrying a random token that does not occur in it."""
+def delimit(body: str, *, token: str | None = None, label: str = "transcript") -> Window:
+    """Wrap `body` in `<label-…>` tags carrying a random token that does not occur in it, so
+    nothing in it can close them."""
     import secrets  # (with hmac and random) not for `skilld status`, which imports this module
 
     while True:
@@ -137,7 +138,7 @@ def delimit(body: str, *, token: str | None = None) -> Window:
         if nonce not in body:
             break
         token = None
-    return Window(body, f"<transcript-{nonce}>", f"</transcript-{nonce}>")
+    return Window(body, f"<{label}-{nonce}>", f"</{label}-{nonce}>")
 
 
 def render_window(messages: Iterable[Message]) -> str:
