@@ -44,6 +44,8 @@ AVOIDED = ("tomllib", "shutil", "dataclasses") + (
 HOOK_MODULES = {
     "skilld",
     "skilld._config_cache",
+    # `.usage.json` may be anyone's: it is read with a size and a nesting bound.
+    "skilld.boundedjson",
     "skilld.cli",
     "skilld.commands",
     "skilld.commands.common",
