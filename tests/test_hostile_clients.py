@@ -1,5 +1,6 @@
 """Clients that misbehave on purpose: a flood of slow connections to the panel, and requests an
-MCP server cannot parse. Each through the real process (`skilld web`, `skilld mcp`)."""
+MCP server cannot parse or should not read whole. Each through the real process (`skilld web`,
+`skilld mcp`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from skilld.mcp_server import INVALID_REQUEST, MAX_MESSAGE_BYTES
 from tests.conftest import Workspace
+from tests.hostile_files import RSS_LIMIT_KIB, measured
 from tests.loopback import reachable
 
 TOKEN = "token-of-the-hostile-clients-test"
@@ -167,3 +170,33 @@ def test_an_unusable_request_gets_an_error_and_the_session_goes_on(
     )
     ids = [strict_json(line)["id"] for line in result.stdout.splitlines()]
     assert ids == ["a", 0, -7, int("1" * 300)]
+
+
+def test_an_oversize_mcp_line_gets_an_error_and_the_next_request_an_answer(
+    workspace: Workspace,
+) -> None:
+    huge = '{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "'
+    huge += "x" * (8 * MAX_MESSAGE_BYTES) + '"}}'
+    after = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+    session = measured(workspace, "mcp", stdin=f"{huge}\n{after}\n")
+
+    assert session.returncode == 0 and "Traceback" not in session.stderr
+    refused, pong = (json.loads(line) for line in session.stdout.splitlines())
+    assert (refused["id"], refused["error"]["code"]) == (None, INVALID_REQUEST)
+    assert f"over the limit of {MAX_MESSAGE_BYTES:,} bytes" in refused["error"]["message"]
+    assert pong == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert session.peak_kib < RSS_LIMIT_KIB, session.peak_kib
+
+
+def test_an_mcp_line_just_within_the_bound_is_answered(workspace: Workspace) -> None:
+    """The control: a line of exactly `MAX_MESSAGE_BYTES` is read and answered."""
+    prefix = '{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "'
+    line = prefix + "x" * (MAX_MESSAGE_BYTES - len(prefix) - 3) + '"}}'
+    assert len(line.encode()) == MAX_MESSAGE_BYTES
+    workspace.write_config()
+    result = subprocess.run(
+        [sys.executable, "-m", "skilld", "mcp"], input=line + "\n", env=workspace.env(),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    answers: list[dict[str, Any]] = [json.loads(x) for x in result.stdout.splitlines()]
+    assert answers == [{"jsonrpc": "2.0", "id": 1, "result": {}}]

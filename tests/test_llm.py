@@ -1,8 +1,9 @@
+import gzip
 import json
 import random
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,7 @@ import httpx
 import pytest
 import respx
 
+from skilld import llm as llm_module
 from skilld.llm import (
     LLMClient,
     LLMError,
@@ -326,15 +328,82 @@ async def test_transport_failures_are_retried(
 
 
 @pytest.mark.anyio
-async def test_html_200_is_a_bad_response_and_not_retried(harness: Harness) -> None:
+async def test_html_200_is_the_server_s_fault_and_retried_with_backoff(harness: Harness) -> None:
     page = httpx.Response(200, text="<html>login</html>", headers={"content-type": "text/html"})
     harness.route.side_effect = [page, completion()]
-    async with harness.client() as client:
+    async with harness.client(rng=MaxJitter(), backoff_base_seconds=2) as client:
+        reply = await client.chat(MESSAGES)
+    assert (reply.attempts, harness.route.call_count, harness.sleeps) == (2, 2, [2.0])
+
+    harness.route.side_effect = [page] * 3
+    async with harness.client(max_retries=2) as client:
         with pytest.raises(LLMError) as caught:
             await client.chat(MESSAGES)
-    assert (caught.value.kind, caught.value.retryable) == ("bad_response", False)
-    assert "text/html" in caught.value.message
-    assert harness.route.call_count == 1
+    assert (caught.value.kind, caught.value.status, caught.value.retryable) == (
+        "bad_response", 200, True,
+    )  # fmt: skip
+    assert "text/html" in caught.value.message and "3 attempts" in caught.value.message
+
+
+#: Bodies no reader should take in: nested 200,000 deep (400 KB), over the bound (sent whole
+#: or streamed without a length), and a gzip bomb (8 KB on the wire).
+DEEP_BODY = b'{"choices": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+HUGE = llm_module.MAX_REPLY_BYTES + 1
+
+
+def streamed(size: int) -> httpx.Response:
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(size // 65536 + 1):
+            yield b" " * 65536
+
+    return httpx.Response(200, content=chunks(), headers={"content-type": "application/json"})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (lambda: httpx.Response(200, content=DEEP_BODY), "nested deeper than 64 levels"),
+        (lambda: httpx.Response(200, content=b" " * HUGE), "over the limit of 8,388,608"),
+        (lambda: streamed(4 * HUGE), "over the limit of 8,388,608"),
+        (
+            lambda: httpx.Response(
+                200, content=gzip.compress(b" " * HUGE), headers={"content-encoding": "gzip"}
+            ),
+            "gzip-encoded though asked for unencoded",
+        ),
+    ],
+    ids=["200,000 deep", "over the bound", "streamed", "gzip bomb"],
+)
+async def test_a_reply_that_cannot_be_read_is_the_server_s_fault(
+    harness: Harness, reply: Callable[[], httpx.Response], said: str
+) -> None:
+    harness.route.side_effect = lambda request: reply()
+    async with harness.client(max_retries=1, circuit_failures=2) as client:
+        for _ in range(2):
+            with pytest.raises(LLMError) as caught:
+                await client.chat(MESSAGES)
+            assert (caught.value.kind, caught.value.retryable) == ("bad_response", True)
+            assert said in caught.value.message and "2 attempts" in caught.value.message
+        # Two calls that got nothing readable open the circuit: no more requests for a while.
+        with pytest.raises(LLMError) as rejected:
+            await client.chat(MESSAGES)
+    assert rejected.value.kind == "circuit_open"
+    assert harness.route.call_count == 4 and len(harness.sleeps) == 2
+
+
+@pytest.mark.anyio
+async def test_an_error_body_nested_deep_or_huge_still_reads_as_its_status(
+    harness: Harness,
+) -> None:
+    deep = httpx.Response(500, content=b'{"error": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
+    huge = httpx.Response(503, content=b'{"error": {"message": "down"}}' + b" " * HUGE)
+    harness.route.side_effect = [deep, huge]
+    async with harness.client(max_retries=1) as client:
+        with pytest.raises(LLMError) as caught:
+            await client.chat(MESSAGES)
+    assert (caught.value.kind, caught.value.status) == ("server", 503)
+    assert harness.route.call_count == 2
 
 
 @pytest.mark.anyio

@@ -44,6 +44,8 @@ AVOIDED = ("tomllib", "shutil", "dataclasses") + (
 HOOK_MODULES = {
     "skilld",
     "skilld._config_cache",
+    # `.usage.json` may be anyone's: it is read with a size and a nesting bound.
+    "skilld.boundedjson",
     "skilld.cli",
     "skilld.commands",
     "skilld.commands.common",
@@ -156,6 +158,8 @@ def test_one_shot_commands_import_nothing_heavy(workspace: Workspace, command: l
 MCP_HANDSHAKE_MODULES = {
     "skilld",
     "skilld._config_cache",
+    # every line is read with a size and a nesting bound
+    "skilld.boundedjson",
     "skilld.cli",
     "skilld.commands",
     "skilld.commands.common",

@@ -3,7 +3,13 @@
 Works with OpenAI, DeepSeek, vLLM, Ollama, llama.cpp server and LiteLLM: one POST to
 ``{base_url}/chat/completions`` on plain ``httpx``. The client bounds everything a background
 daemon must bound: the time of each attempt, the number of retries, the calls in flight, the
-calls per hour, and, through a circuit breaker, the cost of an outage.
+calls per hour, the size and nesting of a reply (`MAX_REPLY_BYTES`, boundedjson), and, through
+a circuit breaker, the cost of an outage.
+
+A reply body that cannot be read (over the size bound, nested too deep, not JSON, compressed
+though asked for unencoded) is the server's fault, like a 5xx: it is retried with backoff and
+counts toward the circuit, so a hostile or broken server is asked a bounded number of times,
+never in a loop.
 
 Errors are ``LLMError`` values whose message never contains the API key or the request body.
 """
@@ -26,6 +32,8 @@ from urllib.parse import urlsplit
 import anyio
 
 from skilld import __version__
+from skilld.boundedjson import JSONRefused
+from skilld.boundedjson import loads as bounded_loads
 from skilld.log import get_logger
 
 if TYPE_CHECKING:
@@ -65,10 +73,16 @@ _FORMAT_WORDS: Final = (
 # temperature" must not cost the run its structured output.
 _UNSUPPORTED_WORDS: Final = ("not supported", "unsupported")
 _CIRCUIT_KINDS: Final[frozenset[str]] = frozenset(
-    {"transport", "timeout", "server", "rate_limited", "auth"}
+    {"transport", "timeout", "server", "rate_limited", "auth", "bad_response"}
 )
 _HOUR_SECONDS: Final = 3600.0
 _SERVER_MESSAGE_LIMIT: Final = 200
+#: The largest reply body read. A chat completion of `max_tokens` tokens is a few KB; what a
+#: server sends beyond this (400 MB of whitespace, say) is never read, and the reply is the
+#: server's fault.
+MAX_REPLY_BYTES: Final = 8 << 20
+#: How much of an error's body is read for its message (and for a `response_format` refusal).
+_ERROR_BODY_BYTES: Final = 64 << 10
 
 _log = get_logger(__name__)
 
@@ -373,7 +387,13 @@ class LLMClient:
         if self._http is None:
             import httpx
 
-            headers = {"Accept": "application/json", "User-Agent": f"skilld/{__version__}"}
+            # Unencoded: a compressed body may expand a thousandfold in one piece, before any
+            # bound could look at it (`_read_at_most`).
+            headers = {
+                "Accept": "application/json",
+                "Accept-Encoding": "identity",
+                "User-Agent": f"skilld/{__version__}",
+            }
             if self.settings.api_key:
                 headers["Authorization"] = f"Bearer {self.settings.api_key}"
             self._http = httpx.AsyncClient(
@@ -475,27 +495,28 @@ class LLMClient:
                     body["response_format"] = response_format
             attempts += 1
             try:
-                response = await self._send(body)
+                response, raw = await self._send(body)
+                reply = self._decode(response, raw, attempts) if response.is_success else None
             except LLMError as error:
-                if error.kind in ("transport", "timeout") and error.retryable:
+                if error.kind in ("transport", "timeout", "bad_response") and error.retryable:
                     if retries_used < self.settings.max_retries:
                         await self._wait_before_retry(retries_used, None, error)
                         retries_used += 1
                         continue
                     raise self._exhausted(error, attempts) from None
                 raise
-            if response.is_success:
-                reply = self._decode(response, attempts)
+            if reply is not None:
                 if json_schema is not None:
                     self._format_level = level
                     self._format_confirmed = True
                 return reply
-            server_message = self._server_message(response)
+            text = _text_of(response, raw)
+            server_message = self._server_message(raw, text)
             fallback = _FALLBACK_AFTER.get(level) if json_schema is not None else None
             if fallback is not None and self.settings.response_format == "auto":
                 refusal = format_refusal(
                     response.status_code,
-                    response.text[:2000],
+                    text[:2000],
                     level_confirmed=self._format_confirmed and level == self._format_level,
                 )
                 if refusal != "no":
@@ -520,7 +541,9 @@ class LLMClient:
             await self._wait_before_retry(retries_used, retry_after, failure)
             retries_used += 1
 
-    async def _send(self, body: dict[str, Any]) -> httpx.Response:
+    async def _send(self, body: dict[str, Any]) -> tuple[httpx.Response, bytes | None]:
+        """The response to one POST of `body`, and its body: all of it for a success (None
+        when it is over `MAX_REPLY_BYTES`, read no further), the start of it for an error."""
         http = self._client()
         import httpx  # loaded by `_client`
 
@@ -528,7 +551,8 @@ class LLMClient:
             self._budget.spend(self._clock())
             try:
                 with anyio.fail_after(self.settings.timeout_seconds):
-                    return await http.post(self._url, json=body)
+                    async with http.stream("POST", self._url, json=body) as response:
+                        return response, await self._body_of(response)
             except (TimeoutError, httpx.TimeoutException):
                 raise LLMError(
                     "timeout",
@@ -549,6 +573,24 @@ class LLMClient:
             except httpx.InvalidURL as error:  # a base_url only httpx's stricter parser refuses
                 raise LLMError("bad_request", self._scrub(f"llm.base_url: {error}")) from None
 
+    async def _body_of(self, response: httpx.Response) -> bytes | None:
+        """All of a success's body (None past `MAX_REPLY_BYTES`), the start of an error's. A
+        body in an encoding (gzip, say) though none was asked for is not read: a success's is
+        the server's fault, an error's reads as empty."""
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            if not response.is_success:
+                return b""
+            raise LLMError(
+                "bad_response",
+                f"the reply is {encoding}-encoded though asked for unencoded, and was not read",
+                status=response.status_code,
+                retryable=True,
+            )
+        if response.is_success:
+            return await _read_at_most(response, MAX_REPLY_BYTES)
+        return await _read_at_most(response, _ERROR_BODY_BYTES, cut=True)
+
     async def _wait_before_retry(
         self, retry_index: int, retry_after: float | None, error: LLMError
     ) -> None:
@@ -564,22 +606,35 @@ class LLMClient:
         )
         await self._sleep(delay)
 
-    def _decode(self, response: httpx.Response, attempts: int) -> LLMReply:
+    def _decode(self, response: httpx.Response, raw: bytes | None, attempts: int) -> LLMReply:
+        """The reply in a success's body. A body that cannot be read is the server's fault,
+        retryable; one that reads but is no chat completion is not retried."""
+        status = response.status_code
+        if raw is None:
+            raise LLMError(
+                "bad_response",
+                f"the reply is over the limit of {MAX_REPLY_BYTES:,} bytes and was not read",
+                status=status,
+                retryable=True,
+            )
         try:
-            document = response.json()
-        except (ValueError, UnicodeDecodeError):
+            document = bounded_loads(raw, limit=MAX_REPLY_BYTES)
+        except JSONRefused as exc:
+            raise LLMError(
+                "bad_response", f"the reply was not read: {exc}", status=status, retryable=True
+            ) from None
+        except ValueError:  # not JSON, or not text
             content_type = response.headers.get("content-type", "unknown")
             raise LLMError(
                 "bad_response",
                 f"the server answered with a non-JSON body (content-type {content_type})",
-                status=response.status_code,
+                status=status,
+                retryable=True,
             ) from None
         try:
             return parse_completion(document, attempts)
         except LLMError as error:
-            raise LLMError(
-                "bad_response", self._scrub(error.message), status=response.status_code
-            ) from None
+            raise LLMError("bad_response", self._scrub(error.message), status=status) from None
 
     def _exhausted(self, error: LLMError, attempts: int) -> LLMError:
         return LLMError(
@@ -589,18 +644,16 @@ class LLMClient:
             retryable=True,
         )
 
-    def _server_message(self, response: httpx.Response) -> str:
+    def _server_message(self, raw: bytes | None, text: str) -> str:
+        """What an error's body says, in a line: its `error` message when it is JSON."""
         try:
-            document = response.json()
-        except (ValueError, UnicodeDecodeError):
-            text = response.text
-        else:
-            if isinstance(document, dict) and "error" in document:
-                text = _error_text(document["error"])
-            elif isinstance(document, dict) and isinstance(document.get("message"), str):
-                text = document["message"]
-            else:
-                text = response.text
+            document = bounded_loads(raw or b"", limit=_ERROR_BODY_BYTES)
+        except ValueError:  # not JSON (or cut short), or too deep to read
+            document = None
+        if isinstance(document, dict) and "error" in document:
+            text = _error_text(document["error"])
+        elif isinstance(document, dict) and isinstance(document.get("message"), str):
+            text = document["message"]
         return self._scrub(" ".join(text.split())[:_SERVER_MESSAGE_LIMIT])
 
     def _scrub(self, text: str) -> str:
@@ -608,6 +661,30 @@ class LLMClient:
         if self.settings.api_key:
             text = text.replace(self.settings.api_key, "[REDACTED:api_key]")
         return text
+
+
+async def _read_at_most(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes | None:
+    """`response`'s body as it came up to `limit` bytes: past it, with `cut` the first `limit`
+    bytes, else None. Nothing past the limit is read."""
+    if response.is_stream_consumed:  # read whole already, by an in-memory transport
+        content = response.content
+        return content if len(content) <= limit else content[:limit] if cut else None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_raw():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit] if cut else None
+    return b"".join(chunks)
+
+
+def _text_of(response: httpx.Response, raw: bytes | None) -> str:
+    """An error's body as text, in the charset its Content-Type names (else UTF-8)."""
+    try:
+        return (raw or b"").decode(response.charset_encoding or "utf-8", "replace")
+    except LookupError:  # a charset Python does not know
+        return (raw or b"").decode("utf-8", "replace")
 
 
 def _non_negative_number(text: str | None) -> float | None:

@@ -6,7 +6,9 @@ than that. The part of MCP a tool server needs is small: `initialize`, `ping`, `
 `tools/call`, one JSON message per line each way. So `handle` answers a message from the
 tools table below, a pure function of the message; `serve` is the stdio around it; and the
 tools themselves (`skilld.mcp_tools`, which loads the library code) are called through
-`call_tool` on the first call that needs them. Nothing here imports more than `json`.
+`call_tool` on the first call that needs them. Nothing here imports more than `json` (and
+`boundedjson`, which every message goes through: a line of at most `MAX_MESSAGE_BYTES`,
+nested at most `boundedjson.MAX_DEPTH` deep).
 """
 
 import contextlib
@@ -16,6 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any, NamedTuple
 
 from skilld import __version__
+from skilld.boundedjson import JSONRefused
+from skilld.boundedjson import loads as bounded_loads
 
 #: The revisions of MCP this server speaks, newest first. A client asking for another gets the
 #: newest, and decides whether it can go on.
@@ -34,6 +38,11 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+
+#: The longest line read as a message. The largest request is a `skill_write` of a skill, at
+#: most 1 MiB as a file (`fsutil.MAX_FILE_BYTES`): as JSON, escaped, it fits many times over.
+#: A longer line is never held whole: it is answered with an error and skipped.
+MAX_MESSAGE_BYTES = 8 << 20
 
 
 class Refused(Exception):
@@ -273,13 +282,12 @@ def answer(line: bytes, call_tool: CallTool) -> dict[str, Any] | None:
     if not line.strip():
         return None
     try:
-        message = json.loads(line)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep to parse
+        message = bounded_loads(line, limit=MAX_MESSAGE_BYTES + 1)  # with its newline
+    except JSONRefused as exc:  # nested too deep to read
+        return _error(None, PARSE_ERROR, f"the message is not read: {exc}")
+    except ValueError:  # not JSON, or not UTF-8
         return _error(None, PARSE_ERROR, "not a JSON message")
-    try:
-        return handle(message, call_tool)
-    except RecursionError:  # a message nested too deep to look into
-        return _error(None, INVALID_REQUEST, "the message is nested too deeply")
+    return handle(message, call_tool)
 
 
 def encode(response: dict[str, Any]) -> bytes:
@@ -296,9 +304,17 @@ def encode(response: dict[str, Any]) -> bytes:
 
 
 def serve(call_tool: CallTool, reader: IO[bytes], writer: IO[bytes]) -> None:
-    """Answer each line of `reader` on `writer` until `reader` ends."""
-    for line in reader:
-        response = answer(line, call_tool)
+    """Answer each line of `reader` on `writer` until `reader` ends. A line over
+    `MAX_MESSAGE_BYTES` is read in pieces of that size and dropped: it gets an error, and the
+    next line is answered as usual."""
+    while line := reader.readline(MAX_MESSAGE_BYTES + 1):
+        if len(line) > MAX_MESSAGE_BYTES and not line.endswith(b"\n"):
+            while (rest := reader.readline(MAX_MESSAGE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            too_long = f"the message is not read: over the limit of {MAX_MESSAGE_BYTES:,} bytes"
+            response: dict[str, Any] | None = _error(None, INVALID_REQUEST, too_long)
+        else:
+            response = answer(line, call_tool)
         if response is not None:
             writer.write(encode(response))
             writer.flush()

@@ -3,7 +3,8 @@
 Each request draws (seeded) one of: 429 with and without `Retry-After`, 500, 503, a hang longer
 than the timeout, a reset connection, HTML with 200, a truncated body, truncated JSON content,
 fenced JSON, a `<think>` block before the JSON, empty content, `finish_reason: length`, a
-refusal, 10 MB of text, a plain skip and a plain skill.
+refusal, 6 MiB of text (within what the client reads of a reply), a plain skip and a plain
+skill.
 
 Two drivers, both audited the same way:
 - in-process, the daemon's own Evolver with a clock the test owns and millisecond backoff, so
@@ -84,14 +85,14 @@ FAULTS = (
     "empty",
     "length",
     "refusal",
-    "10 MB",
+    "6 MiB",
     "skip",
     "skill",
 )
 
 SKILL_NAMES = ("rebuild-the-index", "restart-the-worker", "pin-a-dependency")
 _MARKER = re.compile(r"^(Merge into \S+: s|S)ession (\S+) \((\S+)\), messages (\d+)\D(\d+)[:.]")
-_HUGE_TEXT = ("All work and no play makes Jack a dull boy. " * 240_000)[: 10 * 1024 * 1024]
+_HUGE_TEXT = ("All work and no play makes Jack a dull boy. " * 240_000)[: 6 * 1024 * 1024]
 _HUGE_BODY = json.dumps(completion(_HUGE_TEXT)).encode()
 
 
@@ -148,7 +149,7 @@ def fault_reply(fault: str, rng: random.Random, retry_after: str) -> Reply:
             "refusal": "I can't help with that.",
         }
         return Reply(body=body)
-    if fault == "10 MB":
+    if fault == "6 MiB":
         return Reply(body=_HUGE_BODY)
     if fault == "skip":
         return Reply(body=completion(json.dumps({"evolve": False, "reason": "Nothing new."})))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import sqlite3
 import tempfile
@@ -26,6 +25,7 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from skilld.boundedjson import loads as bounded_loads
 from skilld.config import SECTIONS, Config, SourceConfig
 from skilld.errors import ConfigError
 from skilld.fsutil import TEMP_MARKER, read_tree_file
@@ -214,8 +214,8 @@ def _usage_problem(root: Path) -> str | None:
         raw = read_tree_file(root, USAGE_FILE, limit=MAX_USAGE_BYTES)
         if raw is None:
             return None
-        json.loads(raw)
-    except (OSError, ValueError) as exc:  # UnsafePath is a ValueError
+        bounded_loads(raw, limit=MAX_USAGE_BYTES)
+    except (OSError, ValueError) as exc:  # UnsafePath and boundedjson's JSONRefused are too
         return (
             f"{usage} is unreadable or corrupt ({exc}); the daemon will copy it aside and "
             "rebuild it from what it can recover"
@@ -424,6 +424,12 @@ def check_team_libraries(config: Config) -> list[Check]:
         for finding in findings:
             message, _, repair = finding.rpartition(" (repair: ")
             checks.append(Check("sync", "fail", f"{spec.name}: {message}; repair: {repair[:-1]}"))
+        if status.set_up:
+            # Already in the work tree (synced before skilld refused such files): each reads
+            # as none until rewritten (the manifest by skilld's next change to the library, a
+            # usage file by its host's next round).
+            for unreadable in team.unreadable_files():
+                checks.append(Check("sync", "warn", f"{spec.name}: {unreadable}; read as none"))
         if status.set_up and not findings:
             ahead = f", {status.ahead} commits to push" if status.ahead else ""
             checks.append(

@@ -5,15 +5,15 @@ hashes to what skilld wrote there (this host's provenance, or a team library's m
 `human` otherwise. Ownership before a change is always decided on a fresh read.
 """
 
-import json
 import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from skilld.boundedjson import loads as bounded_loads
 from skilld.digest import sha256_hex
-from skilld.fsutil import UnsafePath, read_regular_file, read_tree_file
+from skilld.fsutil import MAX_FILE_BYTES, UnsafePath, read_regular_file, read_tree_file
 from skilld.skills.discovery import FileFacts, Owner, OwnerRule
 from skilld.skills.discovery import identity as file_identity
 from skilld.skills.layout import ARCHIVE_DIR
@@ -39,8 +39,8 @@ def bundled_names(root: Path) -> set[str]:
 def hub_names(root: Path) -> set[str]:
     """The skills a hub installed (`.hub/lock.json`)."""
     try:
-        data = json.loads(read_tree_file(root, HUB_LOCK) or b"{}")
-    except (OSError, ValueError):  # UnsafePath is a ValueError
+        data = bounded_loads(read_tree_file(root, HUB_LOCK) or b"{}", limit=MAX_FILE_BYTES)
+    except (OSError, ValueError):  # UnsafePath and boundedjson's JSONRefused are too
         return set()
     installed = data.get("installed") if isinstance(data, dict) else None
     return set(installed) if isinstance(installed, dict) else set()

@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, get_args
 
+from skilld.boundedjson import MAX_DEPTH, blanked, nesting
+from skilld.boundedjson import loads as bounded_loads
 from skilld.fsutil import UnsafePath, fsync_dir, read_tree_file
 from skilld.log import get_logger
 
@@ -66,7 +68,10 @@ _RECORD_MARKERS: Final = frozenset(
     (*COUNT_FIELDS, *ACTIVITY_FIELDS, "created_at", "created_by", "state", "pinned")
 )
 
-_KEY_BEFORE_OBJECT = r'"((?:[^"\\\n]|\\.)*)"\s*:\s*(?=\{)'  # compiled on first use
+#: A key before an object (group 1), or else a whole string, or the text up to the next one:
+#: read from the start of a text whose escapes are blanked out (boundedjson), so a key is never
+#: taken from inside a string. Compiled on first use.
+_KEY_BEFORE_OBJECT = r'"([^"\n]*)"\s*:\s*(?=\{)|"[^"]*+"?|[^"]++'
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
 _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Let the umask decide: a fixed 0o644 would take group write away from a shared skills dir.
@@ -230,15 +235,19 @@ class Decoded:
 
 
 def salvage_records(text: str) -> dict[str, Record]:
-    """Every `"name": {record}` that still decodes in a damaged file (truncated, spliced)."""
+    """Every `"name": {record}` that still decodes in a damaged file (truncated, spliced); none
+    in a file nested too deep for a decoder (boundedjson)."""
+    if nesting(text, ceiling=MAX_DEPTH) > MAX_DEPTH:
+        return {}
     decoder = json.JSONDecoder()
     records: dict[str, Record] = {}
     resume = 0
-    for match in re.finditer(_KEY_BEFORE_OBJECT, text):
-        if match.start() < resume:
-            continue  # inside a record decoded already
+    # As long as the text: a match's positions are the text's.
+    for match in re.finditer(_KEY_BEFORE_OBJECT, blanked(text)):
+        if match.start() < resume or match.group(1) is None:
+            continue  # inside a record decoded already, or no key before an object
         try:
-            name = json.loads(f'"{match.group(1)}"')
+            name = json.loads(text[match.start(1) - 1 : match.end(1) + 1])
             value, end = decoder.raw_decode(text, match.end())
         except ValueError:
             continue
@@ -258,7 +267,7 @@ def decode_usage(raw: bytes) -> Decoded:
     if not text.strip():
         return Decoded({}, {})
     try:
-        value = json.loads(text)
+        value = bounded_loads(text, limit=MAX_USAGE_BYTES)
     except ValueError as exc:
         return Decoded(salvage_records(text), {}, f"not valid JSON ({exc})")
     if not isinstance(value, dict):

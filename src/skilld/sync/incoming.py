@@ -15,9 +15,10 @@ top-level files; nothing else is ever checked out, and nothing else is ever comm
   but a plain or executable file, a file over `MAX_FILE_BYTES`.
 * `check_tree(git, commit)`: every file of a fetched commit's tree against both, in one
   `git ls-tree` call; the problems, each naming the commit that brought its path.
-* `refusals_of(git, commit)`: those, and every skill file the commit brings that is not UTF-8
-  text or holds a live load-time shell trigger: what a sync round refuses, and what `status`
-  and `doctor` read back.
+* `refusals_of(git, commit)`: those, every skill file the commit brings that is not UTF-8
+  text or holds a live load-time shell trigger, and every manifest or usage file it brings
+  that is too large or nested too deep to decode (boundedjson): what a sync round refuses,
+  and what `status` and `doctor` read back.
 
 `.gitattributes` is allowed but never honoured: `neutralise_attributes` writes
 `$GIT_DIR/info/attributes`, which git ranks above every `.gitattributes`, unsetting each
@@ -35,6 +36,8 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from skilld.boundedjson import JSONRefused
+from skilld.boundedjson import check as check_json
 from skilld.fsutil import MAX_FILE_BYTES
 from skilld.skills.document import neutralise_file
 from skilld.skills.layout import ARCHIVE_DIR
@@ -190,36 +193,51 @@ def refusals_of(
     git: Git, tip: str, *, since: str | None, limit: int = MAX_FILE_BYTES
 ) -> list[Refusal]:
     """Everything the fetched `tip` may not bring: `check_tree`'s paths and entries, then
-    every skill it brings with a live load-time shell trigger. The one check a sync round
-    applies before it moves and `status` and `doctor` read back from the last fetch."""
+    every skill it brings with a live load-time shell trigger, and every manifest or usage
+    file too large or too deep to decode. The one check a sync round applies before it moves
+    and `status` and `doctor` read back from the last fetch."""
     refusals = check_tree(git, tip, since=since, limit=limit)
-    return refusals + _skill_file_problems(git, tip, since, {r.path for r in refusals})
+    return refusals + _content_problems(git, tip, since, {r.path for r in refusals}, limit)
 
 
-def _skill_file_problems(git: Git, tip: str, since: str | None, refused: set[str]) -> list[Refusal]:
+def _content_problems(
+    git: Git, tip: str, since: str | None, refused: set[str], limit: int
+) -> list[Refusal]:
     """No skill the remote brings may run anything as an agent loads it (docs/security.md):
     a teammate's file, or one an older skilld wrote, with a load-time shell trigger is
     refused like any path a library may not hold. skilld does not rewrite it: it is not
     its own. A skill file that is not UTF-8 text is refused too: no agent reads it as a
-    skill, and every listing would show it broken."""
+    skill, and every listing would show it broken. So is a manifest or usage file that no
+    host would decode (boundedjson: nested too deep, say): every host reads them."""
     brought = {
-        change.new[1]: change.path
+        change.path: change.new[1]
         for change in diff_trees(git, [(tip, since)]).get(tip, [])
         if change.new is not None
         and change.path not in refused
-        and skill_name_of_path(change.path) is not None
+        and (skill_name_of_path(change.path) is not None or _is_meta_file(change.path))
     }
+    contents = read_objects(git, set(brought.values()))
     problems = []
-    for object_id, data in sorted(read_objects(git, brought).items()):
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            why = f"{NOT_UTF8} (a bad byte at {exc.start})"
-            problems.append(refusal(git, tip, since, brought[object_id], why))
-            continue
-        if neutralise_file(data) != data:
-            problems.append(refusal(git, tip, since, brought[object_id], LIVE_TRIGGER))
+    for path, object_id in sorted(brought.items()):
+        data = contents.get(object_id)
+        why = None if data is None else _content_problem(path, data, limit)
+        if why is not None:
+            problems.append(refusal(git, tip, since, path, why))
     return problems
+
+
+def _content_problem(path: str, data: bytes, limit: int) -> str | None:
+    if _is_meta_file(path):
+        try:
+            check_json(data, limit=limit)
+        except JSONRefused as exc:
+            return f"JSON {exc}, which no host reads"
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{NOT_UTF8} (a bad byte at {exc.start})"
+    return LIVE_TRIGGER if neutralise_file(data) != data else None
 
 
 #: Why a skill file with a load-time shell trigger is refused (docs/security.md).
@@ -260,6 +278,11 @@ def _brought_by(git: Git, tip: str, since: str | None, path: str) -> str:
         args += ["--not", since]
     found = git.run(*args, "--", path, check=False).line
     return found or tip
+
+
+def _is_meta_file(path: str) -> bool:
+    """The manifest or a host's usage file: the JSON under `.skilld/` every host reads."""
+    return path == MANIFEST_PATH or _is_usage_file(path)
 
 
 def _is_usage_file(path: str) -> bool:

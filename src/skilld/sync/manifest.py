@@ -24,6 +24,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from skilld.boundedjson import JSONRefused
+from skilld.boundedjson import loads as bounded_loads
+from skilld.fsutil import MAX_FILE_BYTES
 from skilld.skills.names import is_safe_path_component
 from skilld.sync.layout import MANIFEST_PATH
 
@@ -70,8 +73,10 @@ class Manifest:
 
 def parse_manifest(data: bytes) -> Manifest:
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        document = bounded_loads(data, limit=MAX_FILE_BYTES)
+    except JSONRefused as exc:
+        raise ManifestError(f"{MANIFEST_PATH} is not read: {exc}") from None
+    except ValueError as exc:
         raise ManifestError(f"{MANIFEST_PATH} is not JSON: {exc}") from None
     if not isinstance(document, dict) or document.get("version") != VERSION:
         raise ManifestError(f"{MANIFEST_PATH} is not a version {VERSION} manifest")

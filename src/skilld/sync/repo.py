@@ -75,7 +75,7 @@ from skilld.sync.remote import (
     tracking_ref,
 )
 from skilld.sync.replay import Conflict, replay
-from skilld.sync.usage import UsageFileError, parse_host_usage, sum_usage
+from skilld.sync.usage import Counters, UsageFileError, parse_host_usage, sum_usage
 from skilld.sync.worktree import WorkTree, acquire_lock
 
 if TYPE_CHECKING:
@@ -411,22 +411,40 @@ class TeamRepo(WorkTree):
             return None
 
     def team_usage(self, local: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-        """This host's usage records with every other host's published counters added."""
-        others = []
+        """This host's usage records with every other host's published counters added. A usage
+        file that cannot be read is logged and counts as none."""
+        published, unreadable = self._published_usage()
+        for relpath, error in unreadable:
+            self._log.warning("sync_usage_unreadable", path=relpath, error=error)
+        return sum_usage(local, published)
+
+    def unreadable_files(self) -> list[str]:
+        """The shared files of the work tree no host can read, each `path: why` (for `doctor`):
+        a manifest or another host's usage file that is not JSON, or too large or too deep to
+        decode (boundedjson). Each reads as none: no skill is skilld's, no use is counted."""
+        problems = []
+        try:
+            self._read_manifest()
+        except ManifestError as exc:
+            problems.append(str(exc))
+        return problems + [f"{relpath}: {error}" for relpath, error in self._published_usage()[1]]
+
+    def _published_usage(self) -> tuple[list[Counters], list[tuple[str, str]]]:
+        """Every other host's published counters, and the usage files that cannot be read."""
+        published, unreadable = [], []
         try:
             names = list_tree_files(self.root, USAGE_DIR)
         except (OSError, UnsafePath) as exc:
-            self._log.warning("sync_usage_unreadable", path=USAGE_DIR, error=str(exc))
-            names = []
+            return [], [(USAGE_DIR, str(exc))]
         for name in names:
             if not name.endswith(".json") or name == f"{self.host}.json":
                 continue
             relpath = f"{USAGE_DIR}/{name}"
             try:
-                others.append(parse_host_usage(read_tree_file(self.root, relpath) or b""))
+                published.append(parse_host_usage(read_tree_file(self.root, relpath) or b""))
             except (OSError, UnsafePath, UsageFileError) as exc:
-                self._log.warning("sync_usage_unreadable", path=relpath, error=str(exc))
-        return sum_usage(local, others)
+                unreadable.append((relpath, str(exc)))
+        return published, unreadable
 
     def file_versions(self, relpath: str) -> list[Version]:
         """Every committed version of `relpath` on this branch (both sides of a conflict

@@ -25,6 +25,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from skilld.boundedjson import JSONRefused
+from skilld.boundedjson import loads as bounded_loads
+from skilld.fsutil import MAX_FILE_BYTES
 from skilld.skills.usage import (
     ACTIVITY_FIELDS,
     COUNT_FIELDS,
@@ -66,8 +69,10 @@ def render_host_usage(host: str, records: Mapping[str, Mapping[str, Any]]) -> by
 
 def parse_host_usage(data: bytes) -> Counters:
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        document = bounded_loads(data, limit=MAX_FILE_BYTES)
+    except JSONRefused as exc:
+        raise UsageFileError(f"not read: {exc}") from None
+    except ValueError as exc:
         raise UsageFileError(f"not JSON: {exc}") from None
     skills = document.get("skills") if isinstance(document, dict) else None
     if not isinstance(skills, dict):
