@@ -138,3 +138,22 @@ def test_the_daemon_goes_on_past_a_linked_usage_file(
     assert workspace.cli("once").returncode == 0
     assert [event["skill"] for event in workspace.events("created")] == ["flaky-build"]
     assert len(fake_llm.requests) == 1  # the kept proposal, written without a second call
+
+
+def test_a_usage_file_over_its_bound_is_named_and_the_listing_goes_on(
+    workspace: Workspace,
+) -> None:
+    """Past 64 MiB the sidecar is not read (a cloned repository may hold one): refused like a
+    link, and `skills list` goes on without its usage."""
+    (workspace.skills / "good").mkdir()
+    (workspace.skills / "good" / "SKILL.md").write_text(GOOD)
+    with (workspace.skills / ".usage.json").open("wb") as sidecar:
+        sidecar.truncate((64 << 20) + 1)  # sparse: costs no disk
+    workspace.write_config()
+
+    listed = workspace.cli("skills", "list", "--json")
+
+    assert listed.returncode == 0, listed.stderr
+    assert "Traceback" not in listed.stderr
+    assert [row["name"] for row in json.loads(listed.stdout)] == ["good"]
+    assert "skilld: library default: usage not read: .usage.json" in listed.stderr
