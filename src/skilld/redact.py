@@ -45,8 +45,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
-__all__ = ["KINDS", "Redaction", "merge_counts", "redact"]
+__all__ = ["KINDS", "Redaction", "merge_counts", "redact", "redact_strings"]
 
 
 @dataclass(frozen=True)
@@ -679,6 +680,21 @@ def redact(text: str) -> Redaction:
         counts[kind] += 1
     pieces.append(text[cursor:])
     return Redaction(text="".join(pieces), counts=MappingProxyType(_ordered(counts)))
+
+
+def redact_strings(value: Any) -> Any:
+    """`value`, a JSON-like structure (mappings, lists, strings, numbers), with every string in
+    it redacted; any other value becomes its redacted `str`. Keys are kept: they are the names
+    the caller chose, not text it was given."""
+    if isinstance(value, str):
+        return redact(value).text
+    if isinstance(value, Mapping):
+        return {key: redact_strings(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_strings(item) for item in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return redact(str(value)).text  # what `json.dumps(..., default=str)` would write
 
 
 def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
