@@ -195,3 +195,41 @@ def test_secrets_in_the_model_s_replies_are_stored_nowhere(
     assert "bad input near password=[REDACTED:password]" in by_kind["error"]["reason"]
     status = json.loads(stored["skilld status --json"])
     assert "bad input near password=[REDACTED:password]" in status["llm"]["last_error"]["message"]
+
+
+def test_secrets_in_the_curator_s_plan_are_stored_nowhere(
+    workspace: Workspace, fake_llm: FakeLLM
+) -> None:
+    rng = random.Random(3901)
+    github, password = "ghp_" + _chars(rng, ALNUM, 36), _password(rng)
+    for name in ("lint-python", "lint-js", "old-trick"):
+        workspace.cli_here(
+            "skills", "write", name, "--description", f"How to {name}.", "--content", "1. Go.\n"
+        )
+    merge = {
+        "action": "merge",
+        "name": "",
+        "into": "lint",
+        "from": ["lint-python", "lint-js"],
+        "description": "How to lint.",
+        "whenToUse": "When linting.",
+        "content": "1. Lint.\n",
+        "reason": f"They overlap; both push with {github}.",
+    }
+    archive = {"action": "archive", "name": "old-trick", "reason": f"Stale: password={password}."}
+    fake_llm.responder = lambda _request: Reply(
+        body=completion(json.dumps({"actions": [merge, archive]}))
+    )
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+
+    result = workspace.cli("curate", "--consolidate")
+
+    assert result.returncode == 0, result.stderr
+    stored = _stored_text(workspace)
+    leaks = [(s, where) for s in (github, password) for where, text in stored.items() if s in text]
+    assert leaks == []
+    # The control: the plan was applied and its report kept, its rationale redacted.
+    assert (workspace.skills / "lint" / "SKILL.md").is_file()
+    (report,) = (workspace.state / "reports").glob("curate-*.json")
+    assert "They overlap; both push with [REDACTED:github_token]." in report.read_text()
