@@ -737,6 +737,11 @@ _ADVERSARIAL = {
     "jwt-like dots": lambda: _repeat("eyJaaaaaaaaa."),
     "url userinfo": lambda: _repeat("://user:pass"),
     "sk prefixes": lambda: _repeat("sk-a.") + "sk-" + "a" * 1000,
+    "escaped json pairs": lambda: _repeat('\\"password\\":\\"aaaaaaaaa'),
+    "a short escaped line after another": lambda: _repeat('a\\"b\n'),
+    "unicode escapes": lambda: _repeat("\\u0041"),
+    "password flags": lambda: _repeat("mysql -pXk2mP9qLzz4w "),
+    "user flags": lambda: _repeat(" -u a:Xk2mP9qLzz4w"),
     "random printable": lambda: _repeat(
         "".join(random.Random(5).choices(string.printable, k=65_536))
     ),

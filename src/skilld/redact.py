@@ -38,6 +38,7 @@ possessive, so the time stays linear in the input, even for hostile text.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 import string
@@ -274,6 +275,7 @@ _PASSWORD_FLAG_COMMAND = re.compile(
     r"(?<![\w.-])(?:(?P<attached>mysql|mariadb)[\w-]*+|sshpass|login)(?![\w.-])"
 )
 _COMMAND_LOOKBACK = 256
+_COMMAND_SEPARATOR = re.compile(r"[\n;|&]")
 _USER_FLAGS = tuple(
     re.compile(
         rf"{flag}(?<![^\s\"'=]{flag})(?:[ \t]++|=)?[\"']?[^\s:\"'\\/@]{{1,128}}+:"
@@ -496,25 +498,41 @@ def _flag_value(match: re.Match[str]) -> tuple[int, int]:
     return match.span(group)
 
 
-def _flag_command(lowered: str, position: int) -> str | None:
-    """The password-flag command (`mysql`, `sshpass`, `login`) last named in the command that
-    `position` is in: from the last line break or shell separator before it."""
-    segment = lowered[max(0, position - _COMMAND_LOOKBACK) : position]
-    begins = max(segment.rfind(separator) for separator in "\n;|&") + 1
-    command = None
-    for match in _PASSWORD_FLAG_COMMAND.finditer(segment, begins):
-        command = "mysql" if match.group("attached") else match.group()
-    return command
+class _FlagCommands:
+    """Where a text names a password-flag command (`mysql`, `sshpass`, `login`), found once,
+    on the first flag whose value looks like a secret."""
+
+    def __init__(self, lowered: str) -> None:
+        self._lowered = lowered
+        self._found: tuple[list[int], list[str]] | None = None
+
+    def command_of(self, flag: int) -> str | None:
+        """The command last named in the command `flag` is in: after the last line break or
+        shell separator before it, at most `_COMMAND_LOOKBACK` characters back."""
+        if self._found is None:
+            matches = list(_PASSWORD_FLAG_COMMAND.finditer(self._lowered))
+            self._found = (
+                [match.start() for match in matches],
+                ["mysql" if match.group("attached") else match.group() for match in matches],
+            )
+        starts, commands = self._found
+        index = bisect.bisect_left(starts, flag) - 1
+        if index < 0 or flag - starts[index] > _COMMAND_LOOKBACK:
+            return None
+        if _COMMAND_SEPARATOR.search(self._lowered, starts[index], flag) is not None:
+            return None
+        return commands[index]
 
 
 def _flag_findings(text: str, lowered: str, judge: _Judge, findings: list[_Finding]) -> None:
     priority = _PRIORITY["password"]
     match = _PASSWORD_FLAG.search(lowered) if "-p" in lowered else None
+    commands = _FlagCommands(lowered)
     while match is not None:
         start, end = _flag_value(match)
         # `-P` is mysql's port and sshpass's prompt.
         if text[match.start() + 1] == "p" and judge.looks_secret(text[start:end], unquoted=False):
-            command = _flag_command(lowered, match.start())
+            command = commands.command_of(match.start())
             if command is not None and not (command == "mysql" and match.group("gap")):
                 findings.append((start, end, priority, "password"))
         match = _PASSWORD_FLAG.search(lowered, match.end())
@@ -548,8 +566,16 @@ def _findings(text: str, judge: _Judge, findings: list[_Finding]) -> None:
 
 # --- JSON escapes ----------------------------------------------------------------------------
 
-_JSON_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
-_UNESCAPED = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+#: Splits a text into its plain runs and its runs of escapes (at the odd places): two-character
+#: escapes (`\"`, `\n`) and `\uXXXX` escapes, each run of one width.
+_JSON_ESCAPES = re.compile(
+    # One backslash first, outside the alternatives: the engine's prefix search finds it.
+    r"(\\(?:[\"\\/bfnrt](?:\\[\"\\/bfnrt])*+|u[0-9a-fA-F]{4}(?:\\u[0-9a-fA-F]{4})*+))"
+)
+#: The character each two-character escape stands for, by the letter after its backslash.
+_ESCAPED_LETTERS = str.maketrans('"\\/bfnrt', '"\\/\b\f\n\r\t')
+#: Most runs are one escape: looked up, not decoded.
+_SINGLE_ESCAPES = {"\\" + letter: letter.translate(_ESCAPED_LETTERS) for letter in '"\\/bfnrt'}
 #: How many levels of JSON in JSON are read unescaped: a tool call's arguments hold a command
 #: whose JSON holds the secret; deeper nesting is rare.
 _UNESCAPE_LEVELS = 2
@@ -561,72 +587,97 @@ class _Unescaped:
 
     Findings never span a line break of the source (a PEM block does, but its escaped form is
     one line, and its plain form is found in the source), so the lines without an escape, most
-    of a window, are left out: each run of them becomes one line break. Each escape and each
-    run left out is one character of `text`; `_at` holds where each is in `text`, `_spans`
-    what it stands for in the source. A span that begins or ends on such a character grows to
-    all of it, so a replacement never cuts an escape in two."""
+    of a window, are left out: each run of them becomes one line break. The text alternates
+    plain runs, as in the source, and replacements: a run of escapes of one width (each escape
+    one character of `text`) or a run of lines left out (one line break). For each replacement
+    `_at` and `_view_ends` hold where it is in `text`, `_starts` and `_ends` what it stands for
+    in the source. A span that begins or ends inside a replacement grows to the whole escape,
+    or the whole run of lines, so a replacement never cuts an escape in two.
 
-    __slots__ = ("_at", "_cursor", "_pieces", "_removed", "_source", "_spans", "text")
+    Everything is sliced and summed a list at a time, never an escape at a time: a text of
+    escapes only costs little more than one without."""
 
-    def __init__(self, source: str) -> None:
-        self._source = source
-        self._pieces: list[str] = []
-        self._at: list[int] = []
-        self._spans: list[tuple[int, int]] = []
-        self._cursor = 0
-        self._removed = 0
-        self.text = ""
+    __slots__ = ("_at", "_ends", "_starts", "_view_ends", "text")
 
-    def replace(self, start: int, end: int, character: str) -> None:
-        """Copy the source up to `start`, and `character` for what is up to `end`."""
-        self._pieces.append(self._source[self._cursor : start])
-        self._pieces.append(character)
-        self._at.append(start - self._removed)
-        self._spans.append((start, end))
-        self._removed += end - start - 1
-        self._cursor = end
+    def __init__(self, texts: list[str], replaced: list[str], characters: list[str]) -> None:
+        """`texts[i]` is followed by `replaced[i]` in the source and by `characters[i]` in
+        `text`; there is one text more than replacements."""
+        view = [""] * (2 * len(replaced) + 1)
+        view[0::2], view[1::2] = texts, characters
+        source = view.copy()
+        source[1::2] = replaced
+        view_ends = list(itertools.accumulate(map(len, view)))
+        source_ends = list(itertools.accumulate(map(len, source)))
+        self.text = "".join(view)
+        self._at = view_ends[0:-1:2]
+        self._view_ends = view_ends[1::2]
+        self._starts = source_ends[0:-1:2]
+        self._ends = source_ends[1::2]
 
-    def finish(self, end: int) -> None:
-        self._pieces.append(self._source[self._cursor : end])
-        self.text = "".join(self._pieces)
-        self._pieces = []
-
-    def source_start(self, position: int) -> int:
+    def _unit(self, position: int) -> tuple[int, int]:
+        """The span in the source of the character at `position` of `text`: inside a
+        replacement, its whole escape (or run of lines)."""
         index = bisect.bisect_right(self._at, position) - 1
         if index < 0:
-            return position
-        at = self._at[index]
-        start, end = self._spans[index]
-        return start if position == at else end + position - at - 1
+            return position, position + 1
+        at, view_end, end = self._at[index], self._view_ends[index], self._ends[index]
+        if position >= view_end:
+            source = end + position - view_end
+            return source, source + 1
+        start = self._starts[index]
+        width = (end - start) // (view_end - at)
+        unit = start + (position - at) * width
+        return unit, unit + width
+
+    def source_start(self, position: int) -> int:
+        return self._unit(position)[0]
 
     def source_end(self, position: int) -> int:
-        index = bisect.bisect_right(self._at, position - 1) - 1
-        if index < 0:
-            return position
-        return self._spans[index][1] + position - self._at[index] - 1
+        """Where a span that ends at `position` (exclusive) ends in the source."""
+        return self._unit(position - 1)[1]
+
+
+def _decoded(run: str) -> str:
+    if run[1] == "u":
+        return "".join(chr(int(run[index + 2 : index + 6], 16)) for index in range(0, len(run), 6))
+    return run[1::2].translate(_ESCAPED_LETTERS)
 
 
 def _unescaped(source: str) -> _Unescaped | None:
     """The lines of `source` that hold JSON escapes, unescaped; None when it holds none."""
-    view = _Unescaped(source)
-    line_end = -1  # the line break that ends the last line kept (-1: none kept yet)
-    for match in _JSON_ESCAPE.finditer(source):
-        start, end = match.span()
-        if start > line_end:
-            line_start = source.rfind("\n", max(line_end, 0), start) + 1
-            if line_start > line_end + 1:
-                view.replace(max(line_end, 0), line_start, "\n")
-            line_end = source.find("\n", end)
-            if line_end < 0:
-                line_end = len(source)
-        escape = match.group()
-        view.replace(
-            start, end, chr(int(escape[2:], 16)) if escape[1] == "u" else _UNESCAPED[escape[1]]
-        )
-    if line_end < 0:
+    parts = _JSON_ESCAPES.split(source)
+    if len(parts) == 1:
         return None
-    view.finish(line_end)
-    return view
+    texts, replaced = parts[0::2], parts[1::2]
+    characters = [_SINGLE_ESCAPES.get(run) or _decoded(run) for run in replaced]
+    # Left out: the lines before the first escape's line, those after the last escape's, and
+    # those between two escapes' lines (a plain run with two line breaks or more).
+    texts[-1] = texts[-1].partition("\n")[0]
+    left_out = [index for index, text in enumerate(texts) if text.count("\n") > 1]
+    if texts[0].count("\n") == 1:
+        left_out.insert(0, 0)
+    if not left_out:
+        return _Unescaped(texts, replaced, characters)
+    kept_texts: list[str] = []
+    kept_replaced: list[str] = []
+    kept_characters: list[str] = []
+    done = 0
+    for index in left_out:
+        text = texts[index]
+        first = 0 if index == 0 else text.index("\n")
+        last = text.rindex("\n") + 1
+        kept_texts += texts[done:index]
+        kept_texts.append(text[:first])
+        kept_replaced += replaced[done:index]
+        kept_replaced.append(text[first:last])
+        kept_characters += characters[done:index]
+        kept_characters.append("\n")
+        texts[index] = text[last:]
+        done = index
+    kept_texts += texts[done:]
+    kept_replaced += replaced[done:]
+    kept_characters += characters[done:]
+    return _Unescaped(kept_texts, kept_replaced, kept_characters)
 
 
 def _unescaped_findings(text: str, judge: _Judge, findings: list[_Finding]) -> None:
