@@ -27,12 +27,14 @@ Overlapping spans merge into one replacement named after the most specific detec
 `token=ghp_…` is reported as one `github_token`. A `[REDACTED:<kind>]` marker matches no
 detector, which makes `redact` idempotent.
 
-Speed: a window (up to ~100 kB) is redacted on every tick. Each detector is a separate
-precompiled pattern that begins with a literal, so the regex engine skips to candidates with
-its fast prefix search instead of trying every position; the keyword detectors run on a
-lower-cased copy of the text for the same reason, and the detectors whose literal is common
-(`-p`) run only where a command they belong to is named. Every repetition is bounded or
-possessive, so the time stays linear in the input, even for hostile text.
+Speed: a window (up to ~100 kB) is redacted on every tick, and so is every failing tool call's
+error line. Each detector is a separate precompiled pattern that begins with a literal, so the
+regex engine skips to candidates with its fast prefix search instead of trying every position,
+and a text without the literal costs the detector one substring test; the keyword detectors
+run on a lower-cased copy of the text for the same reason. Where a literal is common (`-p`),
+the costlier test (which command the flag belongs to) waits until the value looks like a
+secret. Only the lines that hold escapes are read again unescaped. Every repetition is bounded
+or possessive, so the time stays linear in the input, even for hostile text.
 """
 
 from __future__ import annotations
@@ -492,12 +494,6 @@ def _url_password_findings(text: str, judge: _Judge, findings: list[_Finding]) -
         match = _URL_PASSWORD.search(text, match.end())
 
 
-def _flag_value(match: re.Match[str]) -> tuple[int, int]:
-    group = match.lastgroup
-    assert group is not None  # the value group always closes last
-    return match.span(group)
-
-
 class _FlagCommands:
     """Where a text names a password-flag command (`mysql`, `sshpass`, `login`), found once,
     on the first flag whose value looks like a secret."""
@@ -529,7 +525,9 @@ def _flag_findings(text: str, lowered: str, judge: _Judge, findings: list[_Findi
     match = _PASSWORD_FLAG.search(lowered) if "-p" in lowered else None
     commands = _FlagCommands(lowered)
     while match is not None:
-        start, end = _flag_value(match)
+        group = match.lastgroup
+        assert group is not None  # the value group always closes last
+        start, end = match.span(group)
         # `-P` is mysql's port and sshpass's prompt.
         if text[match.start() + 1] == "p" and judge.looks_secret(text[start:end], unquoted=False):
             command = commands.command_of(match.start())
