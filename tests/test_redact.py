@@ -757,3 +757,19 @@ def test_adversarial_five_megabytes_take_linear_time(make_text: Callable[[], str
     redact(text)
     elapsed = time.process_time() - started
     assert elapsed < 2.0, f"{elapsed:.2f} s of CPU for 5 MB"
+
+
+def test_a_broken_reply_is_redacted_before_it_is_cut() -> None:
+    from skilld.evolve._judge import Invalid, Rules, judge_reply
+    from skilld.evolve.contract import RAW_REPLY_LIMIT
+
+    github = "ghp_" + _chars(random.Random(12), ALNUM, 36)
+    # Not JSON; the cut an `invalid` event makes goes through the token.
+    reply = "x" * (RAW_REPLY_LIMIT - 20) + " " + github + " and more"
+
+    judged = judge_reply(reply, finish_reason="stop", refusal=None, rules=Rules("claude", 1000))
+
+    assert isinstance(judged.verdict, Invalid)
+    assert judged.verdict.raw == "x" * (RAW_REPLY_LIMIT - 20) + " "
+    assert github[:12] not in judged.verdict.raw
+    assert judged.redactions == {"github_token": 1}
