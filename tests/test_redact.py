@@ -7,6 +7,7 @@ no complete token appears in this file.
 from __future__ import annotations
 
 import base64
+import json
 import random
 import re
 import string
@@ -38,6 +39,19 @@ def _password(rng: random.Random) -> str:
 def _pem(label: str, rng: random.Random, *, newline: str = "\n") -> str:
     body = newline.join(_chars(rng, ALNUM + "+/", 64) for _ in range(4))
     return f"-----BEGIN {label}-----{newline}{body}{newline}-----END {label}-----"
+
+
+def _base64(rng: random.Random, length: int) -> str:
+    return _chars(rng, ALNUM + "+/", length - 2) + "=="
+
+
+def _session_token(rng: random.Random) -> str:
+    return "IQoJb3JpZ2luX2Vj" + _chars(rng, ALNUM + "+/", 300) + "=="
+
+
+def _escaped(text: str) -> str:
+    """`text` as it is inside a JSON string (a tool call's arguments hold JSON in a command)."""
+    return json.dumps(text)[1:-1]
 
 
 def _jwt(rng: random.Random) -> str:
@@ -261,6 +275,107 @@ FACTORIES: dict[str, Factory] = {
     "url password": lambda r: Planted(
         "url_password", "DATABASE_URL=postgres://app:", _password(r), "@db.internal:5432/app"
     ),
+    # Tool-call arguments are JSON: JSON in a command or a file's content is escaped there.
+    "password as escaped json in a command": lambda r: Planted(
+        "password",
+        '{"cmd":"curl -d \'{\\"password\\":\\"',
+        _password(r),
+        '\\"}\' https://api.test"}',
+    ),
+    "api key as escaped json in a file": lambda r: Planted(
+        "api_key",
+        '{"file_path":"conf.json","content":"{\\n  \\"api_key\\": \\"',
+        _chars(r, ALNUM, 32),
+        '\\"\\n}"}',
+    ),
+    "client secret as escaped json": lambda r: Planted(
+        "secret",
+        '{\\"client_id\\":\\"app\\",\\"client_secret\\":\\"',
+        _chars(r, BASE64URL, 32),
+        '\\"}',
+    ),
+    "aws secret as escaped sts json": lambda r: Planted(
+        "aws_secret_access_key",
+        '{\\"Credentials\\":{\\"SecretAccessKey\\":\\"',
+        _chars(r, ALNUM + "/+", 40),
+        '\\",',
+    ),
+    "aws session token as escaped sts json": lambda r: Planted(
+        "token", ',\\"SessionToken\\":\\"', _session_token(r), '\\"}}'
+    ),
+    "password json escaped twice": lambda r: Planted(
+        "password",
+        '{"content":"' + _escaped('{"body": "{\\"password\\": \\"'),
+        _password(r),
+        _escaped('\\"}"}') + '"}',
+    ),
+    "a token glued to an escaped line break": lambda r: Planted(
+        "aws_access_key_id", '{"content":"id\\n', "AKIA" + _chars(r, UPPER_DIGITS, 16), '\\n"}'
+    ),
+    "aws session token env": lambda r: Planted(
+        "aws_session_token", "export AWS_SESSION_TOKEN=", _session_token(r), "\n"
+    ),
+    "aws configure set secret": lambda r: Planted(
+        "aws_secret_access_key",
+        "aws configure set aws_secret_access_key ",
+        _chars(r, ALNUM + "/+", 40),
+        " --profile ci",
+    ),
+    "aws configure set session token": lambda r: Planted(
+        "aws_session_token", "aws configure set default.aws_session_token ", _session_token(r), "\n"
+    ),
+    "mysql -p": lambda r: Planted(
+        "password", "mysql -h db -uroot -p", _password(r), " app < d.sql"
+    ),
+    "mariadb-dump -p quoted": lambda r: Planted(
+        "password", "mariadb-dump -u app -p'", _password(r), "' app > dump.sql"
+    ),
+    "sshpass -p": lambda r: Planted("password", "sshpass -p ", _password(r), " ssh deploy@host"),
+    "docker login -p": lambda r: Planted(
+        "password", "docker login -u ci -p ", _password(r), " registry.example.com"
+    ),
+    "curl -u": lambda r: Planted("password", "curl -u admin:", _password(r), " https://api.test"),
+    "curl --user quoted": lambda r: Planted(
+        "password", 'curl --user "deploy:', _password(r), '" https://api.test/v1'
+    ),
+    "authorization token scheme": lambda r: Planted(
+        "authorization_token",
+        "curl -H 'Authorization: Token ",
+        _chars(r, ALNUM, 40),
+        "' https://api.test/v1/me",
+    ),
+    "sendgrid key": lambda r: Planted(
+        "sendgrid_api_key",
+        "SENDGRID_API_KEY=",
+        "SG." + _chars(r, BASE64URL, 22) + "." + _chars(r, BASE64URL, 43),
+        "\n",
+    ),
+    "azure storage connection string": lambda r: Planted(
+        "azure_key",
+        "AZURE_STORAGE_CONNECTION_STRING='DefaultEndpointsProtocol=https;AccountName=acct;"
+        "AccountKey=",
+        _base64(r, 88),
+        ";EndpointSuffix=core.windows.net'",
+    ),
+    "azure service bus connection string": lambda r: Planted(
+        "azure_key",
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=",
+        _base64(r, 44),
+        "\n",
+    ),
+    "az --account-key": lambda r: Planted(
+        "azure_key",
+        "az storage blob list --account-name acct --account-key ",
+        _base64(r, 88),
+        " -c logs",
+    ),
+    "github hex token as a url's user": lambda r: Planted(
+        "github_token",
+        "git clone https://",
+        _chars(r, "0123456789abcdef", 40),
+        "@github.com/acme/app.git",
+    ),
 }
 
 _CASES = list(FACTORIES.items())
@@ -421,6 +536,27 @@ def test_only_one_character_changes_length_when_lower_cased() -> None:
         "ghp_short and AKIA1234 and xoxb-1 and hf_abc are not tokens",
         "The password: required for login.",
         "--token --verbose",
+        "See the password reset docs before you rotate the api key.",
+        '{"cmd":"grep -rn \\"password reset docs\\" docs/"}',
+        '{\\"token\\": \\"None\\", \\"api_key\\": \\"$API_KEY\\"}',
+        '{"content":"{\\n  \\"password\\": \\"<your-password>\\"\\n}"}',
+        "https://github.com/acme/app/commit/9fceb02d0ae598e95dc970b74767f19372d61af8",
+        "https://github.com/acme/app/compare/9fceb02d0ae598e95dc970b74767f19372d61af8...main",
+        "git@github.com:acme/app.git at 9fceb02d0ae598e95dc970b74767f19372d61af8",
+        '{"cmd":"git show 9fceb02d0ae598e95dc970b74767f19372d61af8\\nAKIA is a prefix"}',
+        "mkdir -p src/Xk2mP9qLzz4w/build && ssh -p 2222 deploy@host",
+        "docker run -p 8080:80 -u 1000:1000 app",
+        "mysql -u root -p app_production_Xk2mP9 < dump.sql",
+        "mysql -h db -P 33061234 -uroot",
+        "git push -u origin feature/login-page",
+        "curl -u $API_USER:$API_PASSWORD https://api.test",
+        'sshpass -p "$SSH_PASSWORD" ssh host',
+        'Authorization: Digest username="Mufasa", realm="testrealm@host.com"',
+        "Authorization: Token authentication is enabled for the API.",
+        "AccountKey=<storage-account-key>;EndpointSuffix=core.windows.net",
+        "aws configure set region eu-west-1",
+        "SG.forms and SG.short.words are not keys",
+        "C:\\new\\table\\password_reset.txt",
     ],
 )
 def test_ordinary_text_is_left_alone(text: str) -> None:
@@ -428,6 +564,46 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
 
     assert result.text == text
     assert dict(result.counts) == {}
+
+
+def test_escaped_lines_among_plain_lines_map_back_to_their_own_offsets() -> None:
+    rng = random.Random(11)
+    password, key, token = _password(rng), _chars(rng, ALNUM, 32), _chars(rng, ALNUM, 24)
+    # Lines without an escape are left out of the unescaped reading; every line keeps its text.
+    text = (
+        "[user] deploy it\n"
+        f'  -> tool call Bash({{"cmd":"curl -d \'{{\\"password\\":\\"{password}\\"}}\'"}})\n'
+        "[tool result] ok\nplain\nlines\n"
+        f'  -> tool call Write({{"content":"\\u0022api_key\\u0022: \\u0022{key}\\u0022\\n'
+        f'\\"token\\":\\"{token}\\""}})\n'
+        "[assistant] done"
+    )
+
+    result = redact(text)
+
+    assert result.text == (
+        "[user] deploy it\n"
+        '  -> tool call Bash({"cmd":"curl -d \'{\\"password\\":\\"[REDACTED:password]\\"}\'"})\n'
+        "[tool result] ok\nplain\nlines\n"
+        '  -> tool call Write({"content":"\\u0022api_key\\u0022: '
+        "\\u0022[REDACTED:api_key]\\u0022\\n"
+        '\\"token\\":\\"[REDACTED:token]\\""})\n'
+        "[assistant] done"
+    )
+    assert dict(result.counts) == {"password": 1, "token": 1, "api_key": 1}
+
+
+@pytest.mark.parametrize(
+    "label",
+    [label for label in FACTORIES if FACTORIES[label](random.Random(0)).text.startswith('{"')],
+)
+def test_redacted_tool_call_arguments_stay_json(label: str) -> None:
+    planted = FACTORIES[label](random.Random(label))
+    json.loads(planted.text)
+
+    redacted = json.loads(redact(planted.text).text)
+
+    assert planted.secret not in json.dumps(redacted)
 
 
 def test_a_hundred_mixed_secrets_do_not_survive() -> None:
@@ -477,6 +653,16 @@ _FRAGMENTS = [
     "eyJ",
     "ghp_",
     "İ",
+    '\\"',
+    "\\n",
+    "\\u0022",
+    '\\"password\\":\\"',
+    "mysql -p",
+    "sshpass -p ",
+    "curl -u a:",
+    "://",
+    "Authorization: Token ",
+    "AccountKey=",
 ]
 
 
@@ -551,6 +737,11 @@ _ADVERSARIAL = {
     "jwt-like dots": lambda: _repeat("eyJaaaaaaaaa."),
     "url userinfo": lambda: _repeat("://user:pass"),
     "sk prefixes": lambda: _repeat("sk-a.") + "sk-" + "a" * 1000,
+    "escaped json pairs": lambda: _repeat('\\"password\\":\\"aaaaaaaaa'),
+    "a short escaped line after another": lambda: _repeat('a\\"b\n'),
+    "unicode escapes": lambda: _repeat("\\u0041"),
+    "password flags": lambda: _repeat("mysql -pXk2mP9qLzz4w "),
+    "user flags": lambda: _repeat(" -u a:Xk2mP9qLzz4w"),
     "random printable": lambda: _repeat(
         "".join(random.Random(5).choices(string.printable, k=65_536))
     ),
@@ -566,3 +757,19 @@ def test_adversarial_five_megabytes_take_linear_time(make_text: Callable[[], str
     redact(text)
     elapsed = time.process_time() - started
     assert elapsed < 2.0, f"{elapsed:.2f} s of CPU for 5 MB"
+
+
+def test_a_broken_reply_is_redacted_before_it_is_cut() -> None:
+    from skilld.evolve._judge import Invalid, Rules, judge_reply
+    from skilld.evolve.contract import RAW_REPLY_LIMIT
+
+    github = "ghp_" + _chars(random.Random(12), ALNUM, 36)
+    # Not JSON; the cut an `invalid` event makes goes through the token.
+    reply = "x" * (RAW_REPLY_LIMIT - 20) + " " + github + " and more"
+
+    judged = judge_reply(reply, finish_reason="stop", refusal=None, rules=Rules("claude", 1000))
+
+    assert isinstance(judged.verdict, Invalid)
+    assert judged.verdict.raw == "x" * (RAW_REPLY_LIMIT - 20) + " "
+    assert github[:12] not in judged.verdict.raw
+    assert judged.redactions == {"github_token": 1}

@@ -657,10 +657,13 @@ class LLMClient:
         return self._scrub(" ".join(text.split())[:_SERVER_MESSAGE_LIMIT])
 
     def _scrub(self, text: str) -> str:
-        """Servers and libraries sometimes echo credentials; none may reach a log line."""
+        """Servers and libraries sometimes echo credentials, or the window's text (a 400 quoting
+        the request); none may reach a log line, an event or `status`."""
+        from skilld.redact import redact  # loaded by the failures that need it
+
         if self.settings.api_key:
             text = text.replace(self.settings.api_key, "[REDACTED:api_key]")
-        return text
+        return redact(text).text
 
 
 async def _read_at_most(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes | None:

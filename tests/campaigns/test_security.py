@@ -14,8 +14,9 @@
   in each form the command stream shows it (tests/test_safety.py has the table).
 - Instructions in an existing skill's description stay inside the listing's own delimiters,
   never in the system message.
-- Planted secrets of 12 kinds never appear in a request body, a skill file, an event, a staged
-  proposal or a log line, even with a model that echoes its whole window back.
+- Planted secrets of 17 kinds in 23 shapes (JSON escaped in a call's arguments too) never
+  appear in a request body, a skill file, an event, a staged proposal or a log line, even with a
+  model that echoes its whole window back.
 
 Normal size plants 100 secrets and sends each hostile shape once; `--full` plants 1,000 secrets
 and adds 1,000 generated hostile names.
@@ -757,6 +758,12 @@ class SecretKind:
     kind: str  # as redact.KINDS names it
     make: Callable[[random.Random], str]
     context: Callable[[str], str]  # the secret as it shows up in a transcript
+    #: Tells apart the shapes of one kind.
+    shape: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} ({self.shape})" if self.shape else self.kind
 
 
 SECRET_KINDS = (
@@ -810,6 +817,69 @@ SECRET_KINDS = (
         lambda r: _with_digit(r, 40),
         lambda v: f"curl -H 'Authorization: Bearer {v}' https://api.example.com/v1/me",
     ),
+    # The shapes issue 39 found missing; in a call's arguments each is JSON escaped.
+    SecretKind(
+        "password",
+        lambda r: _with_digit(r, 12) + "!#",
+        lambda v: f"""curl -d '{{"user": "ci", "password": "{v}"}}' https://api.example.com""",
+        "json in a command",
+    ),
+    SecretKind(
+        "secret",
+        lambda r: _random(r, ALNUM + "_-", 32),
+        lambda v: f'echo \'{{"client_id": "app", "client_secret": "{v}"}}\' > oauth.json',
+        "client secret json",
+    ),
+    SecretKind(
+        "aws_secret_access_key",
+        lambda r: _random(r, ALNUM + "/+", 40),
+        lambda v: f"aws configure set aws_secret_access_key {v}",
+        "aws configure set",
+    ),
+    SecretKind(
+        "aws_session_token",
+        lambda r: "IQoJb3JpZ2luX2Vj" + _random(r, ALNUM + "/+", 200),
+        lambda v: f"aws configure set aws_session_token {v}",
+    ),
+    SecretKind(
+        "password",
+        lambda r: _with_digit(r, 12) + "!#",
+        lambda v: f"mysql -h db -uroot -p{v} app",
+        "mysql -p",
+    ),
+    SecretKind(
+        "password",
+        lambda r: _with_digit(r, 14),
+        lambda v: f"sshpass -p {v} ssh deploy@host uptime",
+        "sshpass -p",
+    ),
+    SecretKind(
+        "password",
+        lambda r: _with_digit(r, 14),
+        lambda v: f"curl -u deploy:{v} https://api.example.com/v1/me",
+        "curl -u",
+    ),
+    SecretKind(
+        "authorization_token",
+        lambda r: _with_digit(r, 40),
+        lambda v: f"curl -H 'Authorization: Token {v}' https://api.example.com/v1/me",
+    ),
+    SecretKind(
+        "sendgrid_api_key",
+        lambda r: f"SG.{_random(r, ALNUM + '_-', 22)}.{_random(r, ALNUM + '_-', 43)}",
+        lambda v: f"SENDGRID_API_KEY={v}",
+    ),
+    SecretKind(
+        "azure_key",
+        lambda r: _random(r, ALNUM + "+/", 86) + "==",
+        lambda v: f"AccountName=acct;AccountKey={v};EndpointSuffix=core.windows.net",
+    ),
+    SecretKind(
+        "github_token",
+        lambda r: _random(r, "0123456789abcdef", 40),
+        lambda v: f"git clone https://{v}@github.com/acme/app.git",
+        "hex as a url's user",
+    ),
 )
 
 
@@ -817,6 +887,7 @@ SECRET_KINDS = (
 class Planted:
     kind: str
     value: str
+    label: str  # SecretKind.label
 
     @property
     def needles(self) -> list[str]:
@@ -840,24 +911,26 @@ KNOWN_PREFIXES = {
     "openai_api_key": "sk-proj-",
     "slack_token": "xoxb-",
     "stripe_key": "sk_live_",
+    "aws_session_token": "IQoJb3JpZ2luX2Vj",
+    "sendgrid_api_key": "SG.",
 }
 
 
 def plant(rng: random.Random, count: int) -> list[Planted]:
     return [
-        Planted(kind.kind, kind.make(rng))
+        Planted(kind.kind, kind.make(rng), kind.label)
         for kind in (SECRET_KINDS[index % len(SECRET_KINDS)] for index in range(count))
     ]
 
 
-CONTEXTS = {kind.kind: kind.context for kind in SECRET_KINDS}
+CONTEXTS = {kind.label: kind.context for kind in SECRET_KINDS}
 TOOL_RESULT_LIMIT = EvolveConfig().tool_result_max_chars
 
 
 def straddling(secret: Planted, limit: int, *, escaped: bool) -> str:
     """Filler, then the secret placed so that a cut at `limit` falls in its middle. With
     `escaped`, positions are counted in the compact JSON of `{"cmd": text}` (call arguments)."""
-    context = CONTEXTS[secret.kind](secret.value)
+    context = CONTEXTS[secret.label](secret.value)
     if escaped:
         context_text = json.dumps(context, ensure_ascii=False)[1:-1]
         value_text = json.dumps(secret.value, ensure_ascii=False)[1:-1]
@@ -878,7 +951,7 @@ def secret_session(secrets_here: list[Planted], rng: random.Random) -> list[dict
         places = ["user", "tool", "assistant"]
         if secret.kind != "private_key" and len(slots["arguments"]) < 2:
             places.append("arguments")
-        slots[rng.choice(places)].append(CONTEXTS[secret.kind](secret.value))
+        slots[rng.choice(places)].append(CONTEXTS[secret.label](secret.value))
     command = json.dumps({"cmd": "; ".join(slots["arguments"]) or "ls"})
     long_command = json.dumps(
         {"cmd": straddling(cut_in_arguments, ARGUMENTS_MAX_CHARS, escaped=True)}
@@ -982,7 +1055,8 @@ def test_planted_secrets_never_leave_the_transcript(
     campaign_figures(
         "security secrets",
         planted=count,
-        kinds=len(SECRET_KINDS),
+        kinds=len({kind.kind for kind in SECRET_KINDS}),
+        shapes=len(SECRET_KINDS),
         requests=len(fake_llm.raw_bodies),
         redacted_in_windows=sum(window_counts.values()),
         cut_through_and_dropped=len(straddling_cuts),

@@ -114,7 +114,10 @@ def write_report(folder: Path, run: CuratorRun) -> Path:
         path = folder / f"curate-{stamp}-{suffix}.json"
         suffix += 1
     run.report_path = path
-    text = json.dumps(run.as_dict(), ensure_ascii=False, indent=2, default=str) + "\n"
+    from skilld.redact import redact_strings  # the report quotes the model's rationale
+
+    report = redact_strings(run.as_dict())
+    text = json.dumps(report, ensure_ascii=False, indent=2, default=str) + "\n"
     atomic_write(path, text, mode=PRIVATE_FILE_MODE)
     return path
 

@@ -16,7 +16,7 @@ from skilld.evolve._similar import closest
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Decline, Proposal, Violation, parse_reply
 from skilld.evolve.safety import download_hold
 from skilld.llm import LLMError
-from skilld.redact import merge_counts, redact
+from skilld.redact import Redaction, merge_counts, redact
 from skilld.skills.document import InvalidSkill, SkillDoc, validate_skill
 from skilld.skills.names import InvalidName, apply_prefix
 
@@ -58,9 +58,37 @@ class Rules:
 
 @dataclass(frozen=True, slots=True)
 class Judged:
+    """A verdict whose every text from the model (a proposal's fields and reason, a decline's
+    reason, a broken reply and what was wrong with it) is redacted."""
+
     verdict: Propose | Skip | Invalid
     #: Secrets found in the reply (kind -> count), replaced before anything is kept.
     redactions: dict[str, int]
+
+
+#: How far past `RAW_REPLY_LIMIT` a broken reply is redacted before it is cut: a secret the cut
+#: goes through is still seen whole.
+_RAW_REDACTION_SLACK = 1024
+_MARKER_START = "[REDACTED:"
+
+
+def _kept_raw(text: str) -> Redaction:
+    """A broken reply as an event keeps it: redacted, then cut to `RAW_REPLY_LIMIT` (never
+    through a marker)."""
+    redaction = redact(text[: RAW_REPLY_LIMIT + _RAW_REDACTION_SLACK])
+    kept = redaction.text[:RAW_REPLY_LIMIT]
+    opened = kept.rfind(_MARKER_START)
+    if opened >= 0 and "]" not in kept[opened:]:
+        kept = kept[:opened]
+    return Redaction(kept, redaction.counts)
+
+
+def _invalid(reason: str, raw: str) -> Judged:
+    redactions = (redact(reason), _kept_raw(raw))
+    return Judged(
+        Invalid(redactions[0].text, redactions[1].text),
+        merge_counts(*(r.counts for r in redactions)),
+    )
 
 
 def judge_reply(
@@ -75,21 +103,19 @@ def judge_reply(
     shown: a proposal for one of them keeps its name, a new one gets the library's prefix."""
     parsed = parse_reply(text, finish_reason=finish_reason, refusal=refusal)
     if isinstance(parsed, Violation):
-        return Judged(Invalid(parsed.reason, parsed.raw), {})
+        return _invalid(parsed.reason, text or "")
     if isinstance(parsed, Decline):
-        return Judged(Skip(parsed.reason), {})
+        reason = redact(parsed.reason)
+        return Judged(Skip(reason.text), dict(reason.counts))
     return judge_proposal(parsed, rules=rules, existing=existing, raw=text or "")
 
 
 def judge_proposal(
     proposal: Proposal, *, rules: Rules, existing: Iterable[str], raw: str
 ) -> Judged:
-
-    redactions = [
-        redact(text) for text in (proposal.description, proposal.when_to_use, proposal.content)
-    ]
-    counts = merge_counts(*(r.counts for r in redactions))
-    description, when_to_use, content = (r.text for r in redactions)
+    fields = (proposal.description, proposal.when_to_use, proposal.content, proposal.reason)
+    redactions = [redact(text) for text in fields]
+    description, when_to_use, content, reason = (r.text for r in redactions)
     name = proposal.name
     try:
         if name not in set(existing):
@@ -99,8 +125,10 @@ def judge_proposal(
         )
         validate_skill(doc, rules.dialect, max_content_chars=rules.max_content_chars)
     except (InvalidName, InvalidSkill) as exc:
-        return Judged(Invalid(str(exc), raw[:RAW_REPLY_LIMIT]), counts)
-    return Judged(Propose(doc, proposal.reason, proposal.scope), counts)
+        return _invalid(str(exc), raw)
+    return Judged(
+        Propose(doc, reason, proposal.scope), merge_counts(*(r.counts for r in redactions))
+    )
 
 
 def near_duplicate(

@@ -102,8 +102,15 @@ class EventLog(Database):
     ) -> int:
         if kind not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
+        # Every event is redacted where it is stored: a reason or a detail may quote what a
+        # model or a server said (a reply, an error body), and those may quote a secret.
+        from skilld.redact import redact, redact_strings  # not for the commands that only read
+
+        if reason is not None:
+            reason = redact(reason).text
+        detail = redact_strings(dict(detail or {}))
         ts = utc_now_iso(self._clock())
-        detail_json = json.dumps(dict(detail or {}), ensure_ascii=False, default=str)
+        detail_json = json.dumps(detail, ensure_ascii=False, default=str)
         with self.transaction():
             cursor = self.conn.execute(
                 "INSERT INTO events(ts, kind, library, skill, session, source, reason, detail)"
@@ -121,7 +128,7 @@ class EventLog(Database):
             "reason": reason,
         }
         line = {k: v for k, v in fields.items() if v is not None}
-        for key, value in (detail or {}).items():
+        for key, value in detail.items():
             # A detail key may repeat a column's name (or structlog's "event"): keep both.
             line[f"detail_{key}" if key in fields or key == "event" else key] = value
         getattr(self._log, level)(kind, **line)
