@@ -715,6 +715,20 @@ async def test_api_key_never_leaks_into_errors_or_health(harness: Harness) -> No
     assert "[REDACTED:api_key]" in str(errors[0])
 
 
+@pytest.mark.anyio
+async def test_a_secret_across_the_error_message_s_cut_is_redacted_not_cut(
+    harness: Harness,
+) -> None:
+    secret = "ghp_" + "A1b2C3d4E5" * 4  # a GitHub token, whole only past the 200th character
+    said = "x" * 190 + " " + secret
+    harness.route.side_effect = [error_response(400, said)]
+    async with harness.client(max_retries=1) as client:
+        with pytest.raises(LLMError) as caught:
+            await client.chat(MESSAGES)
+    assert "x" * 190 in caught.value.message  # the message is kept (a positive control)
+    assert "ghp_A1b2" not in caught.value.message and "ghp_" not in json.dumps(client.health())
+
+
 def test_settings_reject_non_http_base_url() -> None:
     with pytest.raises(ValueError):
         LLMClient(LLMSettings(base_url="file:///etc", model="m"))

@@ -654,7 +654,8 @@ class LLMClient:
             text = _error_text(document["error"])
         elif isinstance(document, dict) and isinstance(document.get("message"), str):
             text = document["message"]
-        return self._scrub(" ".join(text.split())[:_SERVER_MESSAGE_LIMIT])
+        # Redacted whole, then cut: a cut first could leave a secret's head unrecognised.
+        return self._scrub(" ".join(text.split()))[:_SERVER_MESSAGE_LIMIT]
 
     def _scrub(self, text: str) -> str:
         """Servers and libraries sometimes echo credentials, or the window's text (a 400 quoting
