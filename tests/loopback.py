@@ -6,6 +6,7 @@ own name (`skilld-….localhost`) as a browser does."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -83,3 +84,10 @@ class LocalhostTransport(httpx.HTTPTransport):
 def browser_like(**options: Any) -> httpx.Client:
     """An httpx client that reaches `*.localhost` as browsers do (`LocalhostTransport`)."""
     return httpx.Client(transport=LocalhostTransport(), **options)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (yet): for a server to bind, or a client to fail."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -7,7 +7,6 @@ other cases call the same command line in-process (`cli.main`), which keeps the 
 from __future__ import annotations
 
 import os
-import socket
 import sqlite3
 import subprocess
 import tomllib
@@ -24,6 +23,7 @@ from skilld.config import build_config, load_config
 from tests.campaigns.harness import shared_tmp_dir, unprivileged
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM, Reply
+from tests.loopback import free_port
 
 TEST_KEY = "sk-test-0000"  # what Workspace.env() puts in $SKILLD_TEST_KEY
 
@@ -36,12 +36,6 @@ class Outcome:
 
 
 Run = Callable[..., Outcome]
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -131,7 +125,7 @@ def test_good_installation_passes(served: Workspace, fake_llm: FakeLLM) -> None:
 
 
 def test_unreachable_llm_fails(workspace: Workspace) -> None:
-    workspace.llm_url = f"http://127.0.0.1:{closed_port()}/v1"
+    workspace.llm_url = f"http://127.0.0.1:{free_port()}/v1"
     result = doctor_process(workspace)
     assert result.returncode == 1
     (endpoint,) = [line for line in lines(result, "llm") if "$SKILLD_TEST_KEY" not in line]

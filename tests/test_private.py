@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import stat
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from skilld.masking import mask_urls, masked_url
 from skilld.state import StateDB
 from tests.conftest import Workspace, conversation, git
 from tests.fakellm import FakeLLM, Reply, skill_reply
-from tests.loopback import browser_like
+from tests.loopback import browser_like, free_port
 from tests.test_redact import FACTORIES
 
 #: A token used as the URL's user name, and one in a query (neither has a shape redaction knows).
@@ -26,12 +25,6 @@ QUERY_TOKEN = "Qm4hX7sEcretVal"
 #: The URL a person set on the work tree by hand, with its own token in a password.
 OTHER_TOKEN = "Wn5bQ2rT8yU1iO4p"
 WEB_TOKEN = "panel-token-for-the-test"
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -53,7 +46,7 @@ def test_a_url_is_shown_without_its_secrets(url: str, shown: str) -> None:
 
 
 def test_a_token_in_a_team_remote_is_never_printed_or_stored(workspace: Workspace) -> None:
-    remote = f"https://{USER_TOKEN}@127.0.0.1:{closed_port()}/acme/skills.git?tok={QUERY_TOKEN}"
+    remote = f"https://{USER_TOKEN}@127.0.0.1:{free_port()}/acme/skills.git?tok={QUERY_TOKEN}"
     workspace.libraries = [{"name": "team", "dir": str(workspace.skills), "remote": remote}]
     workspace.write_config()
     said = []

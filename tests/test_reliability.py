@@ -14,7 +14,6 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from tests.campaigns.harness import Unprivileged, shared_tmp_dir, unprivileged
 from tests.campaigns.test_bad_transcripts import Format, Writer
 from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, completion, skill_reply, skip_reply
+from tests.loopback import free_port
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -81,13 +81,6 @@ def skill_md(ws: Workspace, name: str) -> Path:
     return ws.skills / name / "SKILL.md"
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def status(ws: Workspace) -> dict[str, Any]:
     result = ws.cli("status", "--json")
     assert result.returncode == 0, result.stderr
@@ -124,7 +117,7 @@ def test_every_pending_window_is_reflected_after_an_outage_of_any_kind(
         llm={"max_retries": 0, "timeout_seconds": 0.5},
     )
     if outage == "port closed":
-        workspace.llm_url = f"http://127.0.0.1:{closed_port()}/v1"
+        workspace.llm_url = f"http://127.0.0.1:{free_port()}/v1"
         workspace.write_config()
     else:
         fake_llm.default = OUTAGES[outage]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from tests.conftest import Workspace
 from tests.githttp import AuthGitServer
-from tests.loopback import browser_like
+from tests.loopback import browser_like, free_port
 from tests.synchosts import Person, bare_remote, plain_git, remote_subjects, skill_text
 
 #: Tokens of letters and `._-` only, at most 32 characters: no shape redaction knows.
@@ -159,12 +158,6 @@ def test_credentials_a_person_put_in_the_git_config_are_kept_when_the_config_has
         assert stored_url(workspace) == by_hand
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     ("userinfo", "shown"),
     [("abcDEF.ghi-jkl_mn", "****"), ("deploy:pass.word-x", "****:****")],
@@ -172,7 +165,7 @@ def closed_port() -> int:
 def test_status_config_and_the_panel_mask_a_short_plain_token(
     workspace: Workspace, userinfo: str, shown: str
 ) -> None:
-    port = closed_port()
+    port = free_port()
     use_remote(workspace, f"https://{userinfo}@127.0.0.1:{port}/acme/skills.git")
     masked = f"https://{shown}@127.0.0.1:{port}/acme/skills.git"
     said = {}

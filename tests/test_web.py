@@ -45,7 +45,7 @@ from skilld.web.security import (
 )
 from tests.conftest import Workspace, conversation, git
 from tests.fakellm import FakeLLM, skill_reply
-from tests.loopback import browser_like
+from tests.loopback import browser_like, free_port
 
 #: The panel's own name in these tests (a real panel's label is random: `web-name`).
 OWN_NAME = "skilld-test.localhost"
@@ -858,12 +858,6 @@ def test_a_wildcard_bind_answers_to_each_interface_address() -> None:
     assert {"127.0.0.1:8741", "localhost:8741", "[::1]:8741"} <= rules.hosts - rules.session_hosts
     loopback = access_rules(host_names("127.0.0.1"), OWN_NAME, OWN_NAME, 8741, TOKEN, SECRET)
     assert loopback.session_hosts == {f"{OWN_NAME}:8741"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_daemon_serves_the_panel_with_web_listen(workspace: Workspace) -> None:
