@@ -37,7 +37,6 @@ from skilld.reports.curator import curator_report
 from skilld.reports.effect import effect_records, effect_rows, effect_week, failure_report
 from skilld.reports.events import count_option, event_page
 from skilld.reports.listing import (
-    ListedSkill,
     learned_on,
     learned_on_text,
     listed_skills,
@@ -83,20 +82,13 @@ from skilld.web.security import (
     secret_matches,
     set_session_cookie,
 )
+from skilld.web.skills_table import SORTS, chosen_sort, sort_rows, table_row
 
 PAGE_SIZE = 50
 #: `/api/events` without a `limit`: the newest 100.
 API_EVENTS = 100
 #: The live events view asks the log for new events this often (never more often).
 LIVE_POLL_SECONDS = 1.0
-#: The skills table's sorts: the row's field, and whether the largest comes first by default
-#: (each column sorts both ways: `sort=uses&order=asc`).
-SORTS: dict[str, tuple[str, bool]] = {
-    "name": ("name", False),
-    "uses": ("use_count", True),
-    "last-use": ("last_activity_at", True),
-    "created": ("created_at", True),  # the newest first
-}
 #: The navigation: each page's path and name (the current one is marked `aria-current`).
 NAV = (
     ("/", "Overview"),
@@ -230,10 +222,7 @@ class Panel:
         library, owner, state = (query.get(k) or None for k in ("library", "owner", "state"))
         repository, branch = (query.get(k) or None for k in ("repository", "branch"))
         search = (query.get("q") or "").strip().lower()
-        sort = query.get("sort") or "name"
-        sort = sort if sort in SORTS else "name"
-        order = query.get("order")
-        descending = SORTS[sort][1] if order not in ("asc", "desc") else order == "desc"
+        sort, descending = chosen_sort(query.get("sort"), query.get("order"))
         page = _int(query.get("page"), 1)
 
         def build(app: App) -> dict[str, Any]:
@@ -675,21 +664,6 @@ def _refusal_status(exc: SkilldError) -> int:
     if isinstance(exc, NotFound):
         return 404
     return 400 if isinstance(exc, UsageError) else 409
-
-
-def sort_rows(rows: list[dict[str, Any]], sort: str, descending: bool) -> list[dict[str, Any]]:
-    """`rows` by `sort` (a `SORTS` key), largest first when `descending`; rows without a value
-    last either way, then by name."""
-    key = SORTS.get(sort, SORTS["name"])[0]
-    by_name = sorted(rows, key=lambda row: (row["name"], row["library"]))
-    present = [row for row in by_name if row.get(key) is not None]
-    present.sort(key=lambda row: row[key], reverse=descending)
-    return present + [row for row in by_name if row.get(key) is None]
-
-
-def table_row(skill: ListedSkill) -> dict[str, Any]:
-    """A row of the skills table: `skills list --json`'s, with the day it was created."""
-    return {**skill_row(skill), "created_at": skill.record.get("created_at")}
 
 
 def library_roots(app: App) -> dict[str, str]:
