@@ -14,6 +14,7 @@ _EXPORTS = {
         [
             "Cursor",
             "Message",
+            "Refusal",
             "Role",
             "ScanResult",
             "SessionRead",
