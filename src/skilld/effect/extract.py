@@ -39,8 +39,8 @@ from typing import Any, NamedTuple
 
 from skilld.effect.signature import (
     call_heads,
-    command_head,
     exit_code_of,
+    failing_part,
     first_error_line,
     masked_head,
     normalise_error,
@@ -314,7 +314,6 @@ def resolve(failures: list[Failure], runs: Mapping[str, HeadRuns]) -> list[Failu
 
 
 def classify(
-    tool: str,
     script: str | None,
     head: str,
     text: str,
@@ -365,13 +364,12 @@ def _failure(
     failed_this_turn: set[str],
 ) -> Failure:
     text = _output(message)
-    head = command_head(tool, arguments, text)
+    head, line = failing_part(tool, arguments, text)
     exit_code = message.exit_code if message.exit_code is not None else exit_code_of(text)
     script = shell_script(tool, arguments)
-    line = first_error_line(text)
     # Only a burst's first counts, unless this one says what went wrong itself.
     repeated = head in failed_this_turn and not reads_as_error(line)
-    cls = classify(tool, script, head, text, exit_code, repeated, message.refused_by)
+    cls = classify(script, head, text, exit_code, repeated, message.refused_by)
     return _failed(message, seq, ts, tool, head, line, cls, exit_code, cwd)
 
 

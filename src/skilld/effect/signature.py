@@ -401,6 +401,17 @@ def command_head(tool: str, arguments: str, error: str = "") -> str:
     return attribute(heads, error, shell_script(tool, arguments) or "")
 
 
+def failing_part(tool: str, arguments: str, text: str) -> tuple[str, str]:
+    """A failed call's command head (see `command_head`) and its first error line, the
+    result `text` read once for both."""
+    lines = error_lines(text)
+    line = _first_error(lines)
+    heads = call_heads(tool, arguments)
+    if not heads:
+        return tool, line
+    return _attributed(heads, lines, line, shell_script(tool, arguments) or ""), line
+
+
 def script_heads(script: str) -> list[str]:
     """The head of each part of a shell script that does real work, in order (setup parts such
     as `cd x` only when nothing else is there)."""
@@ -438,7 +449,11 @@ def attribute(heads: Sequence[str], error: str, script: str = "") -> str:
     """The head of the part of `script` (whose parts' heads are `heads`) that `error`, the
     result's text, names (see the module docstring); else the last part that ran."""
     lines = error_lines(error)
-    line = first_error_line(error) if lines else ""
+    return _attributed(heads, lines, _first_error(lines), script)
+
+
+def _attributed(heads: Sequence[str], lines: list[str], line: str, script: str) -> str:
+    """`attribute` of a result whose `error_lines` are `lines` and first error line `line`."""
     wrapper = _wrapper_error(line, script)
     if wrapper is not None:
         return wrapper
@@ -543,7 +558,7 @@ def masked_head(tool: str, arguments: str, text: str) -> str | None:
     ]
     if not heads:
         return None
-    return attribute(heads, text, script)
+    return _attributed(heads, lines, _first_error(lines), script)
 
 
 def _may_hold_error(text: str) -> bool:
@@ -552,7 +567,11 @@ def _may_hold_error(text: str) -> bool:
 
 def first_error_line(text: str) -> str:
     """The line that says what went wrong, without the agent's own banner."""
-    lines = error_lines(text)
+    return _first_error(error_lines(text))
+
+
+def _first_error(lines: list[str]) -> str:
+    """`first_error_line` of a result whose `error_lines` are `lines`."""
     if not lines:
         return ""
     structured = _structured_error(lines)

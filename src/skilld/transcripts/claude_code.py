@@ -146,8 +146,9 @@ class _Reader:
     open_assistant_id: str | None = None
     #: The branch the last record names (None: it names none, or not a plausible one).
     git: GitContext | None = None
-    #: Whether the last record's Claude Code version opens a failed `Bash` result with its
-    #: exit code (None: no version seen).
+    #: The last record's Claude Code version, and whether it opens a failed `Bash` result
+    #: with its exit code (None: no version seen).
+    version: str | None = None
     writes_banner: bool | None = None
 
     def add(self, record: dict[str, Any]) -> None:
@@ -159,8 +160,8 @@ class _Reader:
         if "gitBranch" in record:
             self.git = context(branch=record["gitBranch"], how="recorded")
         version = record.get("version")
-        if isinstance(version, str):
-            self.writes_banner = _writes_banner(version)
+        if version != self.version and isinstance(version, str):  # every record names it
+            self.version, self.writes_banner = version, _writes_banner(version)
         record_type = record.get("type")
         if record_type == "assistant":
             self._assistant(record)
