@@ -219,7 +219,7 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
     failures: list[Failure] = []
     failed_this_turn: set[str] = set()
     running: dict[str, ToolCall] = {}  # Codex: a process left running, by its session id
-    answered: set[tuple[str, str]] = set()  # (call id, result): a replayed one is read once
+    answered: dict[str, str] = {}  # call id -> its result: a replayed one is read once
     for offset, message in enumerate(messages):
         role = message.role
         if role != "tool":
@@ -234,11 +234,10 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         if call_id:
             # An id alone may come back (agents that number calls per turn): a replayed
             # history repeats the result too.
-            answer = (call_id, message.text)
-            if answer in answered:
+            if answered.get(call_id) == message.text:
                 calls.pop(call_id, None)
                 continue
-            answered.add(answer)
+            answered[call_id] = message.text
         called = calls.pop(call_id, None) if call_id else None
         if called is not None and called.name == POLL_TOOL:
             called = _polled_command(called, running)

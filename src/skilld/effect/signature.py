@@ -543,8 +543,11 @@ def masked_head(tool: str, arguments: str, text: str) -> str | None:
     """The head of a shell call that reported success while its output holds an error line
     (`MASKED_ERROR`), because a pipe or `||` hid the exit status (`MASKS`); else None. A part
     that only shows text (`cat`, `grep`, `git log`) is not masked by what the text says."""
+    # The arguments' JSON holds a mask's `|` as it is: looked for before anything is decoded.
+    if not MASKS.search(arguments) or not _may_hold_error(text):
+        return None
     script = shell_script(tool, arguments)
-    if script is None or not MASKS.search(script) or not _may_hold_error(text):
+    if script is None or not MASKS.search(script):
         return None
     lines = error_lines(text)
     if not any(MASKED_ERROR.match(line) for line in lines):
@@ -582,10 +585,11 @@ def _first_error(lines: list[str]) -> str:
             window = lines[index + 1 : index + MAX_SCAN_LINES]
             raised = [x for x in window if _EXCEPTION_LINE.match(x)]
             return (raised[-1] if raised else line)[:MAX_LINE_CHARS]
-    shaped = next((line for line in lines if ERROR_LINES.search(line)), None)
+    # Every shape opens with `^`: matched at a line's start only, not searched along it.
+    shaped = next((line for line in lines if ERROR_LINES.match(line)), None)
     if shaped is not None:
         return shaped[:MAX_LINE_CHARS]
-    quiet = [line for line in lines if not NOISE_LINES.search(line)]
+    quiet = [line for line in lines if not NOISE_LINES.match(line)]
     for line in quiet:
         if reads_as_error(line):
             return line[:MAX_LINE_CHARS]
