@@ -23,7 +23,7 @@ from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
 from skilld.transcripts.model import Message, ToolCall
 from tests.conftest import Workspace
-from tests.test_failures import bash, codex_call, codex_output, failures_of
+from tests.test_failures import bash, codex_call, codex_output, failures_of, session
 from tests.test_sources import (
     CODEX_ID,
     assistant,
@@ -230,17 +230,30 @@ def test_a_chain_is_signed_by_the_part_that_failed(command: str, output: str, he
 
 
 def test_a_sudo_failure_is_one_failure_whatever_it_ran() -> None:
-    found = failures_of(
-        "set up the disk",
-        *[
-            ("Bash", command, SUDO_TERMINAL, True, 1)
-            for command in ("sudo ip link set eth0 up", "sudo lsblk -f", "sudo mkdir -p /data")
+    """One signature, resolved by a later call that ran sudo (a run of `sudo` as well as of
+    its command)."""
+    commands = ("sudo ip link set eth0 up", "sudo lsblk -f", "FOO=1 sudo mkdir -p /data")
+    found = extract(
+        [
+            *session("set up the disk", *[("Bash", c, SUDO_TERMINAL, True, 1) for c in commands]),
+            *session(("Bash", "echo sudo is needed", "sudo is needed", False, 0)),
         ],
+        0,
     )
-    assert {f.signature for f in found} == {
+    assert {f.signature for f in found.failures} == {
         "Bash | sudo | sudo: a terminal is required to read the password; either use the -S"
         " option to read from standard input or configure an askpass helper"
     }
+    assert not any(f.resolved for f in found.failures)  # `echo sudo` ran no sudo
+    later = extract(
+        [
+            *session("set up the disk", *[("Bash", c, SUDO_TERMINAL, True, 1) for c in commands]),
+            *session(("Bash", "sudo -S lsblk -f", "NAME FSTYPE", False, 0)),
+        ],
+        0,
+    )
+    assert [f.resolved for f in later.failures] == [True, True, True]
+    assert (later.runs["sudo"].ok, later.runs["sudo"].failed) == (1, 3)
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,7 @@ from skilld.effect.signature import (
     reads_as_error,
     shell_script,
     signature,
+    wrappers_run,
 )
 from skilld.redact import redact
 from skilld.transcripts.model import Message, Refusal, ToolCall
@@ -261,6 +262,8 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
             if failure is None:
                 for head in heads or (tool,):
                     _count(counts, head, seq, ts, True)
+                for wrapper in wrappers_run(tool, arguments) if heads else ():
+                    _count(counts, wrapper, seq, ts, True)
                 continue
         else:
             failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)

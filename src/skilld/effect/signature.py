@@ -39,6 +39,11 @@ import re
 import shlex
 from collections.abc import Iterator, Sequence
 
+
+def _any_words(words: Sequence[str]) -> str:
+    return "(" + "|".join(re.escape(word) for word in words) + ")"
+
+
 #: Argument keys that hold a shell command (Claude Code, Codex, Hermes, DeepSeek Harness).
 SHELL_KEYS = ("command", "cmd")
 #: The agents' own tools that run no shell command: Claude Code's `Skill` and `SlashCommand`
@@ -173,6 +178,14 @@ WRAPPER_VALUE_OPTIONS: dict[str, frozenset[str]] = {
 WRAPPERS = frozenset(WRAPPER_VALUE_OPTIONS)
 #: Wrappers whose first word after the options is theirs too (`timeout 30 make`).
 _WRAPPERS_WITH_ARGUMENT = frozenset({"timeout"})
+#: Wrappers that fail on their own (`sudo: a terminal is required`, `timeout: failed to run
+#: command`): such a failure is the wrapper's, whatever it was to run.
+OWNING_WRAPPERS = ("sudo", "timeout", "xargs", "nohup", "env")
+#: A wrapper where a command starts (the script's start, or after `&&`, `;`, `|`, `(`, and
+#: any `VAR=value`).
+_WRAPPER_WORD = re.compile(
+    rf"(?:^|[;&|(`])\s*(?:[A-Za-z_]\w*=\S*\s+)*{_any_words(OWNING_WRAPPERS)}(?=\s)"
+)
 #: Parts of a chain that only set up the part that matters.
 SETUP_PROGRAMS = frozenset(
     {"cd", "pushd", "popd", "export", "set", "unset", "source", ".", "true", ":", "echo",
@@ -525,9 +538,22 @@ def _wrapper_error(line: str, script: str) -> str | None:
     if ": " not in line[:12]:
         return None
     program = line.split(": ", 1)[0]
-    if program in WRAPPERS and re.search(rf"(?:^|[\s;&|(]){program}\s", script):
-        return program
-    return None
+    return program if program in OWNING_WRAPPERS and program in _wrappers_in(script) else None
+
+
+def wrappers_run(tool: str, arguments: str) -> tuple[str, ...]:
+    """The wrappers of `OWNING_WRAPPERS` a shell call runs: a successful call is a run of
+    each (a failure of the wrapper itself is signed with its name)."""
+    if not any(wrapper in arguments for wrapper in OWNING_WRAPPERS):  # most calls: none
+        return ()
+    script = shell_script(tool, arguments)
+    return _wrappers_in(script) if script is not None else ()
+
+
+@functools.lru_cache(maxsize=1024)
+def _wrappers_in(script: str) -> tuple[str, ...]:
+    found = {match.group(1) for match in _WRAPPER_WORD.finditer(script[:MAX_SCRIPT_CHARS])}
+    return tuple(sorted(found))
 
 
 def _last_ran(heads: Sequence[str], script: str) -> str:
