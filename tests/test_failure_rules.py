@@ -21,6 +21,7 @@ from skilld.effect.signature import (
 )
 from skilld.transcripts.claude_code import ClaudeCodeSource
 from skilld.transcripts.codex import CodexSource
+from skilld.transcripts.jsonl import JsonlSource
 from skilld.transcripts.model import Message, ToolCall
 from tests.conftest import Workspace
 from tests.test_failures import bash, codex_call, codex_output, failures_of, session
@@ -353,6 +354,21 @@ def test_an_error_past_the_cut_is_read(tmp_path: Path) -> None:
     )
     assert [(f.command, f.error) for f in found] == [
         ("mix precommit", "** (Mix) Compilation failed due to warnings")
+    ]
+    openai_call = {"id": "j1", "type": "function", "function": {"name": "bash"}}
+    openai_call["function"]["arguments"] = json.dumps({"cmd": "mix precommit"})
+    write_lines(
+        tmp_path / "jsonl" / "s.jsonl",
+        [
+            {"role": "user", "content": "check"},
+            {"role": "assistant", "content": "", "tool_calls": [openai_call]},
+            {"role": "tool", "tool_call_id": "j1", "error": True,
+             "content": f"{progress}** (Mix) Compilation failed due to warnings"},
+        ],
+    )  # fmt: skip
+    read = only_read(JsonlSource(tmp_path / "jsonl", tool_result_max_chars=2000).scan({}))
+    assert [f.error for f in extract(read.messages, 0).failures] == [
+        "** (Mix) Compilation failed due to warnings"
     ]
 
 
