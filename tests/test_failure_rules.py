@@ -110,6 +110,8 @@ def test_a_rejection_carrying_the_users_words_is_rejected(tmp_path: Path) -> Non
             result("t4", "Blocked: needs approval", toolDenialKind="permission-rule"),
             call("m5", "t5", "Edit", edit),  # Claude Code's own edit error: a real failure
             result("t5", "<tool_use_error>String to replace not found in file.</tool_use_error>"),
+            call("m6", "t6", "Edit", edit),  # a rule's words, not the user's
+            result("t6", "Permission to use Edit has been denied."),
         ],
     )
     assert [(f.tool, f.cls) for f in found] == [
@@ -118,6 +120,7 @@ def test_a_rejection_carrying_the_users_words_is_rejected(tmp_path: Path) -> Non
         ("Bash", "rejected"),
         ("Bash", "hook"),
         ("Edit", "real"),
+        ("Edit", "hook"),
     ]
 
 

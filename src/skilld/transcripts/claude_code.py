@@ -76,6 +76,8 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)")
 EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 _TOOL_USE_ERROR = "<tool_use_error>"
 _USER_REJECTED = "User rejected tool use"
+#: Words of a hook's or a rule's refusal of an edit (read by its text, not as the user's).
+_REFUSING_WORDS = ("hook", "denied", "blocked", "not allowed", "permission")
 LEGACY_SUBAGENT_PREFIX = "agent-"
 
 
@@ -275,8 +277,9 @@ class _Reader:
         body = text.removeprefix("[error] ").lstrip()
         if body.startswith(_TOOL_USE_ERROR):
             return None
-        if tool in EDIT_TOOLS:
-            return None if "hook" in body[:800].lower() else "user"
+        if tool in EDIT_TOOLS:  # the user's words, unless a hook or a rule speaks
+            opening = body[:800].lower()
+            return None if any(word in opening for word in _REFUSING_WORDS) else "user"
         if tool == "Bash" and exit_code is None and self.writes_banner:
             return "policy"
         return None
