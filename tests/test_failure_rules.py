@@ -112,6 +112,12 @@ def test_a_rejection_carrying_the_users_words_is_rejected(tmp_path: Path) -> Non
             result("t5", "<tool_use_error>String to replace not found in file.</tool_use_error>"),
             call("m6", "t6", "Edit", edit),  # a rule's words, not the user's
             result("t6", "Permission to use Edit has been denied."),
+            call("m7", "t7", "Bash", {"command": "make deploy"}),  # a subagent's refusal
+            result(
+                "t7",
+                "Permission for this tool use was denied. The tool use was rejected"
+                " (eg. if it was a file edit, the new_string was NOT written to the file).",
+            ),
         ],
     )
     assert [(f.tool, f.cls) for f in found] == [
@@ -121,6 +127,7 @@ def test_a_rejection_carrying_the_users_words_is_rejected(tmp_path: Path) -> Non
         ("Bash", "hook"),
         ("Edit", "real"),
         ("Edit", "hook"),
+        ("Bash", "hook"),
     ]
 
 

@@ -96,6 +96,7 @@ _POLICY = (
     "denied by policy",
     "denied by the policy",
     "has been denied",
+    "permission for this tool use was denied",  # Claude Code's word to a subagent
 )
 _HOOK_WORD = re.compile(r"\bhooks?\b")
 #: Codex's unified exec: a command that outlives its call keeps running in a session that
