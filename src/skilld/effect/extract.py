@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from skilld.effect.signature import (
+    MASKS,
     call_heads,
     exit_code_of,
     failing_part,
@@ -258,7 +259,7 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         failure: Failure | None = None
         if message.failed is not True:
             heads = call_heads(tool, arguments)
-            if heads and "|" in arguments:  # what may hide an exit status has a `|`
+            if heads and "|" in arguments and MASKS.search(arguments):  # may hide a status
                 failure = _masked(message, seq, ts, tool, arguments, cwd)
             if failure is None:
                 for head in heads or (tool,):

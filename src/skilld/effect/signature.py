@@ -9,10 +9,10 @@ A failure's signature is the tool, the command head and the first error line, no
   `python -m pytest` (the module is the program). A chain (`a && b; c`, `a | b`) is attributed
   to the part its error names: the error line's program (`cat: x: No such file`, or a shape
   of `ERROR_AUTHORS`: `error: failed to push some refs` is `git push`, `npm ERR!` is npm), its
-  sub-command word, a line of the output opening with a part's program; a wrapper's own error
-  (`sudo: a terminal is required`) is the wrapper's. Without such evidence, to the last part
-  that ran (a pipe's filters, `| head`, `| grep x`, are not it). Any other tool's head is its
-  name.
+  sub-command word, a line of the output opening with a part's program; sudo's own error
+  (`sudo: a terminal is required`) is `sudo`'s (`OWNING_WRAPPERS`). Without such evidence, to
+  the last part that ran (a pipe's filters, `| head`, `| grep x`, are not it). Any other
+  tool's head is its name.
 - The **first error line** skips the agent's banner (Claude Code's `Exit code 128`, Codex's
   `Chunk ID / Wall time / Process exited with code 1 / Output:` header, `<tool_use_error>`
   tags, a `[error]` mark), ANSI codes and escaped line breaks, and is searched for in the
@@ -178,9 +178,12 @@ WRAPPER_VALUE_OPTIONS: dict[str, frozenset[str]] = {
 WRAPPERS = frozenset(WRAPPER_VALUE_OPTIONS)
 #: Wrappers whose first word after the options is theirs too (`timeout 30 make`).
 _WRAPPERS_WITH_ARGUMENT = frozenset({"timeout"})
-#: Wrappers that fail on their own (`sudo: a terminal is required`, `timeout: failed to run
-#: command`): such a failure is the wrapper's, whatever it was to run.
-OWNING_WRAPPERS = ("sudo", "timeout", "xargs", "nohup", "env")
+#: Wrappers that fail on their own (`sudo: a terminal is required to read the password`):
+#: such a failure is the wrapper's, whatever it was to run. (`timeout`, `xargs` and `env` may
+#: too, rarely: every successful shell call is looked at for these, so they are not.)
+OWNING_WRAPPERS = ("sudo",)
+#: What a script that runs one holds.
+_WRAPPER_GATES = tuple(f"{wrapper} " for wrapper in OWNING_WRAPPERS)
 #: A wrapper where a command starts (the script's start, or after `&&`, `;`, `|`, `(`, and
 #: any `VAR=value`).
 _WRAPPER_WORD = re.compile(
@@ -321,7 +324,6 @@ MASKS = re.compile(r"\|\s*(?:head|tail)\b|\|\|\s*(?:echo|true|:)(?:\s|$|;)")
 MASKED_ERROR = re.compile(
     r"(?:fatal|error|Error)(?:\[[\w-]+\])?: |Traceback \(most recent call last\)"
 )
-_MASKED_WORDS = ("fatal:", "rror:", "rror[", "Traceback (")
 #: Heads that only show what was written before (a log, a diff): their text is no error.
 SHOWING_HEADS = frozenset(
     {"git log", "git show", "git diff", "git blame", "git grep", "git reflog", "journalctl",
@@ -544,8 +546,11 @@ def _wrapper_error(line: str, script: str) -> str | None:
 def wrappers_run(tool: str, arguments: str) -> tuple[str, ...]:
     """The wrappers of `OWNING_WRAPPERS` a shell call runs: a successful call is a run of
     each (a failure of the wrapper itself is signed with its name)."""
-    if not any(wrapper in arguments for wrapper in OWNING_WRAPPERS):  # most calls: none
-        return ()
+    for gate in _WRAPPER_GATES:
+        if gate in arguments:
+            break
+    else:
+        return ()  # most calls: no wrapper at all
     script = shell_script(tool, arguments)
     return _wrappers_in(script) if script is not None else ()
 
@@ -591,7 +596,9 @@ def masked_head(tool: str, arguments: str, text: str) -> str | None:
 
 
 def _may_hold_error(text: str) -> bool:
-    return any(word in text for word in _MASKED_WORDS)
+    """Whether `text` holds a word of `MASKED_ERROR` (substring tests: no pattern runs over
+    the output of every masked call that went well)."""
+    return "rror:" in text or "fatal:" in text or "Traceback (" in text or "rror[" in text
 
 
 def first_error_line(text: str) -> str:
@@ -791,6 +798,8 @@ def _parsed_head(part: str) -> str | None:
     wrapper = None
     while words and words[0] in WRAPPERS:
         wrapper, words = words[0], _past_wrapper(words[0], words[1:])
+        while words and _ASSIGNMENT.match(words[0]):  # `timeout 30 FOO=1 sudo make`
+            words = words[1:]
     if not words:
         return wrapper  # a wrapper with no command: `xargs` runs `echo`, `sudo -v` is sudo's
     program = words[0].rstrip(")").rsplit("/", 1)[-1]
