@@ -377,7 +377,11 @@ def test_a_chain_is_attributed_to_the_part_its_error_names() -> None:
     assert command_head("Bash", bash("ls out && cat out/log"), "cat: out/log: No such file") == (
         "cat"
     )
-    assert command_head("Bash", chain, "something unexpected") == "git add"  # no evidence
+    # No evidence: the last part that ran (a pipe's filters aside).
+    assert command_head("Bash", chain, "something unexpected") == "git push"
+    assert command_head("Bash", bash("cargo build 2>&1 | tail -3"), "Exit code 1\nboom") == (
+        "cargo build"
+    )
     assert command_head("Read", json.dumps({"file_path": "/x"})) == "Read"
 
 
@@ -442,7 +446,8 @@ def test_each_class() -> None:
             True,
             None,
         ),
-        ("Bash", "git push --force", "Exit code 1\nfatal: again", True, 1),
+        ("Bash", "git push --force", "Exit code 1\n", True, 1),
+        ("Bash", "git push -f", "Exit code 1\nfatal: the remote hung up", True, 1),
         "next turn",
         ("Bash", "git push", "Exit code 128\nfatal: no upstream", True, 128),
         ("Edit", "x", "<tool_use_error>String to replace not found</tool_use_error>", True, None),
@@ -456,7 +461,8 @@ def test_each_class() -> None:
         ("git commit", "hook"),
         ("rm", "rejected"),
         ("npm test", "cascade"),
-        ("git push", "cascade"),  # the same head failed earlier in this turn
+        ("git push", "cascade"),  # the same head failed earlier in this turn, nothing said
+        ("git push", "real"),  # failed again in this turn, with an error of its own
         ("git push", "real"),  # a new turn
         ("Edit", "real"),
     ]
@@ -470,7 +476,7 @@ def test_every_phrase_of_a_class_is_found(phrases: tuple[str, ...], cls: str) ->
     phrases are first looked for by."""
     for phrase in phrases:
         text = f"Exit code 1\nError: {phrase.upper()} (see log)"
-        assert classify("Bash", "make", "make", text, 1, repeated=False) == cls, phrase
+        assert classify("make", "make", text, 1, repeated=False) == cls, phrase
 
 
 def test_a_failure_is_resolved_by_a_later_success_of_its_head_only() -> None:

@@ -191,7 +191,9 @@ async def test_a_secret_in_a_failing_output_is_nowhere_in_state_db(
     async with evolver(tmp_path, fake_llm, backfill="24h", clock=Clock()) as (app, loop):
         await loop.tick()
         (row,) = failure_rows(app)
-        assert row[5].startswith("remote: Invalid credentials token=[REDACTED:")
+        # The error line is git's `fatal:` line, its token redacted too.
+        assert row[5].startswith("fatal: The current branch <branch> has no upstream branch.")
+        assert "token=[REDACTED:" in row[5]
         app.state.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for file in (tmp_path / "state").iterdir():
         if file.is_file():

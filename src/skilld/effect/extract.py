@@ -3,22 +3,30 @@
 Every tool result is a *run* of its command head (a chain that succeeded is a run of each of
 its parts); a failed one is also a *failure* with a signature and a class:
 
-- `rejected`: the user declined the call (Claude Code's "The user doesn't want to proceed with
-  this tool use", Codex's "exec command rejected by user" / "aborted by user").
+- `rejected`: the user declined the call: the agent's reader says so (`Message.refused_by`), or
+  its text does (Claude Code's "The user doesn't want to proceed with this tool use", Codex's
+  "exec command rejected by user" / "aborted by user").
 - `cascade`: a follow-on of an earlier failure of the same turn: the agent says so ("Sibling
   tool call errored", "Cancelled: parallel tool call ... errored"), or the same command head
-  already failed in this turn (only the first of a burst counts).
+  already failed in this turn and this result has no error line of its own (only the first of
+  a burst counts; a command that failed again with its own error failed again).
+- `hook`: refused before it ran, by a hook or a policy: the reader says so (a permission rule,
+  a sandbox, a Claude Code `Bash` call of a version that writes its `Exit code` banner but
+  without one), or the text does (a PreToolUse hook, a pre-commit hook, a sandbox or security
+  policy).
 - `test`: a red test run (pytest, jest, vitest, go test, cargo test, npm test, mix test, ...):
   normal in test-first work.
 - `benign`: an exit status that answers a question rather than reports a failure (`grep`,
   `diff`, `test`, `[`, `which` ... exiting 1).
-- `hook`: blocked by a hook or a policy (a PreToolUse hook, a pre-commit hook, a sandbox or
-  security policy; a Claude Code `Bash` result without its `Exit code` banner is a hook's
-  refusal: the command never ran).
 - `real`: anything else.
+- `masked`: a call that reported success because its exit status was hidden (`| head`,
+  `| tail`, `|| echo`, `|| true`) while its output carries an error line (`fatal:`, `error:`,
+  `Error:`, a traceback). Counted like `real`.
 
-A failure is `resolved` when a later run of the same session ran the same command head
-successfully; `resolve_later` applies that to failures recorded by an earlier read.
+A result answering a tool call id already answered in the same read (a transcript that replays
+its history) is read once. A failure is `resolved` when a later run of the same session ran the
+same command head successfully; `resolve_later` applies that to failures recorded by an earlier
+read.
 """
 
 from __future__ import annotations
@@ -30,21 +38,26 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from skilld.effect.signature import (
+    MASKS,
     call_heads,
-    command_head,
     exit_code_of,
+    failing_part,
     first_error_line,
+    masked_head,
     normalise_error,
     reads_as_error,
     shell_script,
     signature,
+    wrappers_run,
 )
 from skilld.redact import redact
-from skilld.transcripts.model import Message, ToolCall
+from skilld.transcripts.model import Message, Refusal, ToolCall
 
-CLASSES = ("real", "hook", "test", "benign", "rejected", "cascade")
+CLASSES = ("real", "hook", "masked", "test", "benign", "rejected", "cascade")
 #: The classes that count for a skill's effect.
-COUNTED_CLASSES = ("real", "hook")
+COUNTED_CLASSES = ("real", "hook", "masked")
+#: `COUNTED_CLASSES` as an SQL list (`class IN ...`).
+COUNTED_SQL = "(" + ", ".join(f"'{cls}'" for cls in COUNTED_CLASSES) + ")"
 
 # Phrases are looked for in the lower-cased opening of a result (substring searches: a tick
 # classifies every failure it reads, and a regular expression of alternatives is slow). Each
@@ -84,6 +97,7 @@ _POLICY = (
     "denied by policy",
     "denied by the policy",
     "has been denied",
+    "permission for this tool use was denied",  # Claude Code's word to a subagent
 )
 _HOOK_WORD = re.compile(r"\bhooks?\b")
 #: Codex's unified exec: a command that outlives its call keeps running in a session that
@@ -94,9 +108,7 @@ _RUNNING_TOOLS = frozenset({"exec_command", POLL_TOOL})
 _RUNNING_WORDS = "Process running with session ID "
 _RUNNING = re.compile(rf"^{_RUNNING_WORDS}(\d+)", re.MULTILINE)
 _POLLED_SESSION = re.compile(r'"session_id":\s*(\d+)')
-_TOOL_USE_ERROR = "<tool_use_error>"
 _UTC_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
-_CLAUDE_BANNER = re.compile(r"^(\[error\]\s*)?Exit code -?\d+", re.IGNORECASE)
 TEST_HEADS = frozenset(
     {
     "pytest", "py.test", "unittest", "nose2", "tox", "nox", "jest", "vitest", "mocha", "ava",
@@ -140,7 +152,7 @@ class Failure(NamedTuple):
     command: str
     error: str  # first error line, redacted, normalised
     signature: str
-    cls: str  # real | hook | test | benign | rejected | cascade
+    cls: str  # one of CLASSES
     exit_code: int | None
     resolved: bool  # a later call in the session ran the same command head successfully
 
@@ -210,6 +222,7 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
     failures: list[Failure] = []
     failed_this_turn: set[str] = set()
     running: dict[str, ToolCall] = {}  # Codex: a process left running, by its session id
+    answered: dict[str, str] = {}  # call id -> its result: a replayed one is read once
     for offset, message in enumerate(messages):
         role = message.role
         if role != "tool":
@@ -220,7 +233,15 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
             elif role == "user" and failed_this_turn:
                 failed_this_turn = set()
             continue
-        called = calls.pop(message.tool_call_id, None) if message.tool_call_id else None
+        call_id = message.tool_call_id
+        if call_id:
+            # An id alone may come back (agents that number calls per turn): a replayed
+            # history repeats the result too.
+            if answered.get(call_id) == message.text:
+                calls.pop(call_id, None)
+                continue
+            answered[call_id] = message.text
+        called = calls.pop(call_id, None) if call_id else None
         if called is not None and called.name == POLL_TOOL:
             called = _polled_command(called, running)
         named = message.tool_name if message.tool_name != POLL_TOOL else None
@@ -235,11 +256,19 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
             continue
         seq = first_seq + offset
         ts = utc_iso(message.timestamp) if message.timestamp else None
+        failure: Failure | None = None
         if message.failed is not True:
-            for head in call_heads(tool, arguments) or (tool,):
-                _count(counts, head, seq, ts, True)
-            continue
-        failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
+            heads = call_heads(tool, arguments)
+            if heads and "|" in arguments and MASKS.search(arguments):  # may hide a status
+                failure = _masked(message, seq, ts, tool, arguments, cwd)
+            if failure is None:
+                for head in heads or (tool,):
+                    _count(counts, head, seq, ts, True)
+                for wrapper in wrappers_run(tool, arguments) if heads else ():
+                    _count(counts, wrapper, seq, ts, True)
+                continue
+        else:
+            failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
         if failure.cls in COUNTED_CLASSES:  # a benign or red-test run sets off no cascade
             failed_this_turn.add(failure.command)
         failures.append(failure)
@@ -289,17 +318,28 @@ def resolve(failures: list[Failure], runs: Mapping[str, HeadRuns]) -> list[Failu
 
 
 def classify(
-    tool: str, script: str | None, head: str, text: str, exit_code: int | None, repeated: bool
+    script: str | None,
+    head: str,
+    text: str,
+    exit_code: int | None,
+    repeated: bool,
+    refused_by: Refusal | None = None,
 ) -> str:
-    """The class of one failed call (see the module docstring)."""
+    """The class of one failed call (see the module docstring). `repeated`: its head already
+    failed in this turn and this result has no error line of its own; `refused_by`: who
+    refused it, as the agent's reader knows."""
     sample = text[:4000]
     opening = sample[:800].lower()
-    if (_REJECTED_WORD in opening and any(phrase in opening for phrase in _REJECTED)) or (
-        opening.strip() == "aborted"
+    if (
+        refused_by == "user"
+        or (_REJECTED_WORD in opening and any(phrase in opening for phrase in _REJECTED))
+        or opening.strip() == "aborted"
     ):
         return "rejected"
     if any(phrase in opening for phrase in _CASCADE):
         return "cascade"
+    if refused_by == "policy":
+        return "hook"
     if _is_test(head, script):
         return "test"
     # `grep` exiting 1 found nothing (with an error message, a part before it failed);
@@ -313,7 +353,7 @@ def classify(
         return "benign"
     if repeated:
         return "cascade"
-    if _by_hook_or_policy(opening) or _refused_before_running(tool, script, sample):
+    if _by_hook_or_policy(opening):
         return "hook"
     return "real"
 
@@ -327,24 +367,47 @@ def _failure(
     cwd: str | None,
     failed_this_turn: set[str],
 ) -> Failure:
-    text = message.text
-    head = command_head(tool, arguments, text)
+    text = _output(message)
+    head, line = failing_part(tool, arguments, text)
     exit_code = message.exit_code if message.exit_code is not None else exit_code_of(text)
     script = shell_script(tool, arguments)
-    cls = classify(tool, script, head, text, exit_code, head in failed_this_turn)
+    # Only a burst's first counts, unless this one says what went wrong itself.
+    repeated = head in failed_this_turn and not reads_as_error(line)
+    cls = classify(script, head, text, exit_code, repeated, message.refused_by)
+    return _failed(message, seq, ts, tool, head, line, cls, exit_code, cwd)
+
+
+def _masked(
+    message: Message, seq: int, ts: str | None, tool: str, arguments: str, cwd: str | None
+) -> Failure | None:
+    """A call that reported success while its output shows it failed (see `masked_head`)."""
+    text = _output(message)
+    head = masked_head(tool, arguments, text)
+    if head is None:
+        return None
+    cls = "test" if _is_test(head, shell_script(tool, arguments)) else "masked"
+    return _failed(message, seq, ts, tool, head, first_error_line(text), cls, None, cwd)
+
+
+def _failed(
+    message: Message,
+    seq: int,
+    ts: str | None,
+    tool: str,
+    head: str,
+    line: str,
+    cls: str,
+    exit_code: int | None,
+    cwd: str | None,
+) -> Failure:
     branch = message.git.branch if message.git is not None else None
-    error = normalise_error(_redacted(first_error_line(text)), cwd, branch)
-    return Failure(
-        seq,
-        ts,
-        tool,
-        head,
-        error,
-        signature(tool, head, error),
-        cls,
-        exit_code,
-        False,
-    )
+    error = normalise_error(_redacted(line), cwd, branch)
+    return Failure(seq, ts, tool, head, error, signature(tool, head, error), cls, exit_code, False)
+
+
+def _output(message: Message) -> str:
+    """A result's text with the end its reader cut off."""
+    return f"{message.text}\n{message.tail}" if message.tail else message.text
 
 
 @functools.lru_cache(maxsize=4096)
@@ -365,12 +428,3 @@ def _is_test(head: str, script: str | None) -> bool:
     if head in _RUNNERS:
         return script is not None and bool(_RUN_TEST.search(script))
     return head in TEST_HEADS or head.split(" ", 1)[0] in TEST_HEADS
-
-
-def _refused_before_running(tool: str, script: str | None, text: str) -> bool:
-    """A Claude Code `Bash` error without its `Exit code` banner: a hook refused the command
-    before it ran (a tool error such as a timeout says so in `<tool_use_error>`)."""
-    if tool != "Bash" or script is None:
-        return False
-    body = text.lstrip()
-    return not _CLAUDE_BANNER.match(body) and _TOOL_USE_ERROR not in body[:200]

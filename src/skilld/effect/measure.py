@@ -1,13 +1,13 @@
 """A skill's exposures and recurrences, combined from what state.db counts for it.
 
-For each source failure of a skill (a `real`/`hook` failure its version's source window showed
-resolved) there is an *anchor*: its signature and command head, the agent and repository of
-the window, and the creation time of the first version that learned it. A session of the same
-agent (and the same repository, when the version's is known) that ran the command is an
-*exposure*: *after* when its first message is later than the anchor's time, *before* when
-earlier. A *failure* is an exposure in which the signature failed again (real or hook). The
-sessions the skill was learned from count on neither side: they were chosen because they
-failed, and would make any skill look as if it helped.
+For each source failure of a skill (a counted failure, `real`, `hook` or `masked`, its
+version's source window showed resolved) there is an *anchor*: its signature and command head,
+the agent and repository of the window, and the creation time of the first version that
+learned it. A session of the same agent (and the same repository, when the version's is known)
+that ran the command is an *exposure*: *after* when its first message is later than the
+anchor's time, *before* when earlier. A *failure* is an exposure in which the signature failed
+again (a counted class). The sessions the skill was learned from count on neither side: they
+were chosen because they failed, and would make any skill look as if it helped.
 
 `skilld.effect.report` counts each anchor's exposures and failures with one indexed query for
 every skill and reads the few sessions that need a closer look (the source sessions, those
@@ -20,10 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from skilld.effect.extract import COUNTED_CLASSES
 from skilld.effect.verdict import Counts
-
-#: The failure classes that count for effect.
-COUNTED_CLASSES = frozenset({"real", "hook"})
 
 
 class Version(NamedTuple):
@@ -38,7 +36,7 @@ class Version(NamedTuple):
 
 
 class SourceFailure(NamedTuple):
-    """A failure a source window showed (any class; only real/hook resolved ones count)."""
+    """A failure a source window showed (any class; only counted, resolved ones count)."""
 
     session: str
     seq: int

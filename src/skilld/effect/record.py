@@ -162,8 +162,8 @@ class Window(Protocol):
 
 
 def window_history(conn: sqlite3.Connection, window: Window) -> list[tuple[int, str]]:
-    """(earlier sessions, signature) for each real or hook failure the window shows that also
-    failed in earlier sessions of the same agent (and repository, when known)."""
+    """(earlier sessions, signature) for each counted failure (real, hook, masked) the window
+    shows that also failed in earlier sessions of the same agent (and repository, when known)."""
     session, source, git = window.session, window.source, window.git
     first_message, last_message = window.first_message, window.last_message
     repository = git.repository if git is not None else None

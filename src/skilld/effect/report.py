@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from skilld.digest import sha256_hex
-from skilld.effect.extract import utc_iso
+from skilld.effect.extract import COUNTED_SQL, utc_iso
 from skilld.effect.measure import (
     Anchor,
     AnchorCounts,
@@ -239,7 +239,7 @@ def covering_skills(
 ) -> dict[str, list[tuple[str, str]]]:
     """signature -> the (library, name) of each skill of `libraries` (None: of every library
     state.db knows, project libraries too) learned from it (a version's source window showed
-    it resolved, real or hook)."""
+    it resolved, of a counted class)."""
     if libraries is None:
         libraries = [row[0] for row in conn.execute("SELECT DISTINCT library FROM provenance")]
     skills = _skills(conn, libraries)
@@ -261,9 +261,9 @@ def uncovered_recurring(
     since: str | None = None,
     covered: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Recurring failures no skill covers: each real/hook signature that failed in two or more
-    sessions of one repository (or of no known repository), with no skill of `libraries`
-    learned from it; with `since` (ISO), only those that failed again since then. Most
+    """Recurring failures no skill covers: each counted signature (real/hook/masked) that failed
+    in two or more sessions of one repository (or of no known repository), with no skill of
+    `libraries` learned from it; with `since` (ISO), only those that failed again since then. Most
     sessions first. `covered`: the signatures the skills were learned from, when the caller
     has measured them (the `source_failures` of `skilld effect`'s rows)."""
     covered = set(covering_skills(conn, libraries) if covered is None else covered)
@@ -275,10 +275,10 @@ def uncovered_recurring(
     if cutoff is not None:
         pairs = conn.execute(
             "SELECT signature, source, repository FROM effect_failures"
-            " INDEXED BY effect_failures_recent WHERE ts >= ? AND class IN ('real', 'hook') UNION"
+            f" INDEXED BY effect_failures_recent WHERE ts >= ? AND class IN {COUNTED_SQL} UNION"
             " SELECT signature, source, repository FROM effect_failures"
             " INDEXED BY effect_failures_recent"
-            " WHERE ts IS NULL AND session_ts >= ? AND class IN ('real', 'hook')",
+            f" WHERE ts IS NULL AND session_ts >= ? AND class IN {COUNTED_SQL}",
             (cutoff, cutoff),
         ).fetchall()
     rows = conn.execute(
@@ -292,7 +292,7 @@ def uncovered_recurring(
             if pairs is not None
             else " FROM effect_failures AS f"
         )
-        + " WHERE f.class IN ('real', 'hook')"
+        + f" WHERE f.class IN {COUNTED_SQL}"
         " GROUP BY f.signature, f.repository HAVING COUNT(DISTINCT f.session) >= 2",
         () if pairs is None else (json.dumps([list(pair) for pair in pairs]),),
     ).fetchall()
@@ -449,14 +449,15 @@ def _versions(
 def _window_failures(
     conn: sqlite3.Connection, versions: Sequence[Version]
 ) -> dict[str, list[SourceFailure]]:
-    """The counted failures (real/hook, resolved) inside the versions' windows, by session."""
+    """The counted failures (real/hook/masked), resolved, inside the versions' windows, by
+    session."""
     windows = sorted({(v.session, v.first_message, v.last_message) for v in versions})
     rows = conn.execute(
         "SELECT f.session, f.seq, f.signature, f.class, f.command, f.resolved"
         " FROM json_each(?) AS w JOIN effect_failures AS f"
         " ON f.session = json_extract(w.value, '$[0]')"
         " AND f.seq BETWEEN json_extract(w.value, '$[1]') AND json_extract(w.value, '$[2]')"
-        " WHERE f.class IN ('real', 'hook') AND f.resolved = 1",
+        f" WHERE f.class IN {COUNTED_SQL} AND f.resolved = 1",
         (json.dumps(windows),),
     )
     failures: dict[str, list[SourceFailure]] = {}
@@ -484,10 +485,10 @@ def _session_facts(
 
 #: The columns a `SessionRun` is read from (after its anchor's id).
 _RUN = "r.session, r.source, r.repository, r.session_ts"
-#: Whether the anchor's signature failed (real or hook) in the run's session.
+#: Whether the anchor's signature failed (a counted class) in the run's session.
 _FAILED = (
     "EXISTS (SELECT 1 FROM effect_failures AS f WHERE f.session = r.session"
-    " AND f.signature = a.signature AND f.class IN ('real', 'hook'))"
+    f" AND f.signature = a.signature AND f.class IN {COUNTED_SQL})"
 )
 
 
@@ -559,7 +560,7 @@ class _Reads:
                 "SELECT a.id, f.session, f.source, f.repository, f.session_ts, 1"
                 " FROM temp.effect_anchor AS a CROSS JOIN effect_failures AS f"
                 " ON f.signature = a.signature AND f.source = a.source AND {repository}"
-                " WHERE f.session_ts > a.at AND f.class IN ('real', 'hook')",
+                f" WHERE f.session_ts > a.at AND f.class IN {COUNTED_SQL}",
                 "f",
             )  # fmt: skip
 
@@ -614,7 +615,7 @@ class _Reads:
                 " COUNT(DISTINCT CASE WHEN f.session_ts > a.at THEN f.session END)"
                 " FROM temp.effect_anchor AS a JOIN effect_failures AS f"
                 " ON f.signature = a.signature AND f.source = a.source"
-                f" AND {where.format(t='f')} AND f.class IN ('real', 'hook')"
+                f" AND {where.format(t='f')} AND f.class IN {COUNTED_SQL}"
                 f" WHERE {anchors_of_kind} GROUP BY a.id"
             )  # fmt: skip
             for anchor_id, failed_before, failed_after in rows:

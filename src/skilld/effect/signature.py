@@ -3,17 +3,27 @@
 A failure's signature is the tool, the command head and the first error line, normalised:
 
 - The **command head** of a shell call is its program and first sub-command word (`git push`,
-  `mix test`, `npm run`), after what only prepares the command: `cd x &&`, `VAR=1`, `sudo`,
-  `env`, `timeout 30`, a path to the program (`/usr/bin/git` is `git`), `bash -lc "..."` (the
-  script inside is read), `python -m pytest` (the module is the program). A chain
-  (`a && b`, `a; b`, `a | b`) is attributed to the part the error text names (its program or
-  its sub-command word); without such evidence, to its first part. Any other tool's head is
-  its name.
+  `mix test`, `npm run`), after what only prepares the command: `cd x &&`, `VAR=1`, the
+  wrappers `sudo`, `env`, `nohup`, `time`, `nice`, `timeout 30`, `xargs` (with their options),
+  a path to the program (`/usr/bin/git` is `git`), `bash -lc "..."` (the script inside is read),
+  `python -m pytest` (the module is the program). A chain (`a && b; c`, `a | b`) is attributed
+  to the part its error names: the error line's program (`cat: x: No such file`, or a shape
+  of `ERROR_AUTHORS`: `error: failed to push some refs` is `git push`, `npm ERR!` is npm), its
+  sub-command word, a line of the output opening with a part's program; sudo's own error
+  (`sudo: a terminal is required`) is `sudo`'s (`OWNING_WRAPPERS`). Without such evidence, to
+  the last part that ran (a pipe's filters, `| head`, `| grep x`, are not it). Any other
+  tool's head is its name.
 - The **first error line** skips the agent's banner (Claude Code's `Exit code 128`, Codex's
   `Chunk ID / Wall time / Process exited with code 1 / Output:` header, `<tool_use_error>`
-  tags, a `[error]` mark) and prefers a line that reads as an error. Normalising it replaces the
-  working directory, paths, URLs, UUIDs, hashes, branch names and numbers by placeholders, so
-  the same failure in another session, checkout or branch reads the same.
+  tags, a `[error]` mark), ANSI codes and escaped line breaks, and is searched for in the
+  output's first and last lines (a long output's error is often at its end): a line of an
+  error's shape (`ERROR_LINES`) first, else one that reads as an error, else the first line
+  that is no progress, banner or summary (`NOISE_LINES`: `Checking 12 source files …`,
+  `=== lean ===`, `total 48`). Normalising it replaces the working directory, paths, URLs,
+  UUIDs, hashes, branch names and numbers by placeholders, so the same failure in another
+  session, checkout or branch reads the same.
+- A call whose exit status a pipe or `||` hid (`| head`, `| tail`, `|| echo`, `|| true`) but
+  whose output holds an error line (`MASKED_ERROR`) failed all the same: `masked_head`.
 - The signature is the readable triple `tool | command | error` (a person reads it in
   `skilld failures`, the model reads it in the reflection request), cut to a bounded length.
 
@@ -28,6 +38,11 @@ import json
 import re
 import shlex
 from collections.abc import Iterator, Sequence
+
+
+def _any_words(words: Sequence[str]) -> str:
+    return "(" + "|".join(re.escape(word) for word in words) + ")"
+
 
 #: Argument keys that hold a shell command (Claude Code, Codex, Hermes, DeepSeek Harness).
 SHELL_KEYS = ("command", "cmd")
@@ -69,7 +84,6 @@ PLAIN_PROGRAMS = frozenset(
         "cut",
         "tr",
         "tee",
-        "xargs",
         "cp",
         "mv",
         "rm",
@@ -142,11 +156,39 @@ PLAIN_PROGRAMS = frozenset(
         "od",
         "hexdump",
         "strings",
-        "timeout",
     }
 )
-#: Words that only prepare the command that follows (their options are skipped too).
-WRAPPERS = frozenset({"sudo", "env", "time", "nice", "nohup", "exec", "command", "builtin"})
+#: Words that only prepare the command that follows (their options are skipped too), and the
+#: options of each that take a value (`sudo -u deploy make`, `nice -n 10 make`).
+WRAPPER_VALUE_OPTIONS: dict[str, frozenset[str]] = {
+    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"}),
+    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir"}),
+    "time": frozenset({"-f", "-o", "--format", "--output"}),
+    "nice": frozenset({"-n", "--adjustment"}),
+    "nohup": frozenset(),
+    "exec": frozenset({"-a"}),
+    "command": frozenset(),
+    "builtin": frozenset(),
+    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
+    "xargs": frozenset(
+        {"-I", "-i", "-n", "-P", "-d", "-L", "-l", "-s", "-a", "-E", "-e", "--delimiter",
+         "--max-args", "--max-procs", "--arg-file", "--replace", "--max-lines"}
+    ),
+}  # fmt: skip
+WRAPPERS = frozenset(WRAPPER_VALUE_OPTIONS)
+#: Wrappers whose first word after the options is theirs too (`timeout 30 make`).
+_WRAPPERS_WITH_ARGUMENT = frozenset({"timeout"})
+#: Wrappers that fail on their own (`sudo: a terminal is required to read the password`):
+#: such a failure is the wrapper's, whatever it was to run. (`timeout`, `xargs` and `env` may
+#: too, rarely: every successful shell call is looked at for these, so they are not.)
+OWNING_WRAPPERS = ("sudo",)
+#: What a script that runs one holds.
+_WRAPPER_GATES = tuple(f"{wrapper} " for wrapper in OWNING_WRAPPERS)
+#: A wrapper where a command starts (the script's start, or after `&&`, `;`, `|`, `(`, and
+#: any `VAR=value`).
+_WRAPPER_WORD = re.compile(
+    rf"(?:^|[;&|(`])\s*(?:[A-Za-z_]\w*=\S*\s+)*{_any_words(OWNING_WRAPPERS)}(?=\s)"
+)
 #: Parts of a chain that only set up the part that matters.
 SETUP_PROGRAMS = frozenset(
     {"cd", "pushd", "popd", "export", "set", "unset", "source", ".", "true", ":", "echo",
@@ -154,7 +196,7 @@ SETUP_PROGRAMS = frozenset(
 )  # fmt: skip
 SHELLS = frozenset({"bash", "sh", "zsh", "dash", "fish", "ksh"})
 #: Plain programs that open a part as they are: its head, with no wrapper to look past.
-_PLAIN_FIRST = PLAIN_PROGRAMS - WRAPPERS - SHELLS - {"timeout"}
+_PLAIN_FIRST = PLAIN_PROGRAMS - WRAPPERS - SHELLS
 PYTHONS = re.compile(r"^python(\d+(\.\d+)?)?$")
 #: Options of git that take a value (`git -C dir push`).
 GIT_VALUE_OPTIONS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
@@ -213,6 +255,80 @@ _ERROR_WORDS = re.compile(
 )
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+_ANSI = re.compile(r"(?:\x1b|\\u001b|\\x1b)\[[0-9;?]*[A-Za-z]|\[\d{1,3}(?:;\d{1,3})*m")
+
+
+def _any_of(*patterns: str) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns))
+
+
+#: The shapes of lines that state an error, whatever the program: preferred as the error line.
+ERROR_LINES = _any_of(
+    r"^(?:fatal|error|Error|ERROR|FATAL|panic)(?:\[[\w-]+\])?:",
+    r"^(?:npm ERR!|npm error|ERR_PNPM_|error Command failed|Usage Error:)",
+    r"^[\w./-]+:\d+(?::\d+)?:? (?:fatal )?error\b",
+    r"^[\w./-]+\(\d+,\d+\): error\b",
+    r"^[A-Za-z_][\w.]*(?:Error|Exception):",
+    r"^\*\* \(\w+",
+    r"^make(?:\[\d+\])?: \*\*\*",
+    r"^[\w.-]+: .*(?:No such file or directory|command not found|Permission denied|"
+    r"Operation not permitted|not found)",
+)
+#: Progress, banner and summary lines: never the error line while another line is there.
+NOISE_LINES = _any_of(
+    r"^Checking \d+ (?:source )?files?\b",
+    r"^(?:Compiling|Building|Running|Downloading|Downloaded|Installing|Resolving|Fetching|"
+    r"Finished|Generated|Collecting|Linting|Formatting|Analyzing|Processing|Updating|"
+    r"Preparing|Starting|Loading|Checking)\b.*(?:\.\.\.|…|\d)",
+    r"^[=*#~_-]{3,}",
+    r"^total \d+$",
+    r"^\d+ (?:passed|failed|errors?|warnings?|tests?|files?|problems?)\b",
+    r"^(?:\[\d+/\d+\]|\(\d+/\d+\)|\d{1,3}%)",
+    r"^> \S",
+    r"^yarn run v\d",
+    r"^Done in \d",
+    r"^\$ \S",
+    r"^(?:real|user|sys)\s+\d",
+)
+#: Error lines that say the program whose line it is, beyond a `program: ` opening:
+#: (shape, program or program and sub-command).
+ERROR_AUTHORS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), author)
+    for pattern, author in (
+        (r"^error: failed to push some refs|^ ! \[(?:remote )?rejected\]", "git push"),
+        (r"^npm (?:ERR!|error|warn)", "npm"),
+        (r"^(?:Usage Error: |error )?Couldn't find a script named|^error Command ", "yarn"),
+        (r"ERR_PNPM_", "pnpm"),
+        (r"^error(?:\[E\d+\])?: could not compile|^error\[E\d+\]", "cargo"),
+        (r"^\*\* \(", "mix"),
+        (r"^make(?:\[\d+\])?: ", "make"),
+        (r"^Traceback \(most recent call last\)|^[A-Za-z_][\w.]*(?:Error|Exception):", "python"),
+        (r"^[\w./-]+\(\d+,\d+\): error TS\d+", "tsc"),
+        (r"^(?:fatal|hint|error): ", "git"),  # last: other programs write `error: ` too
+    )
+)
+#: Programs a line of an error may name by another name.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "npm": ("npx",),
+    "tsc": ("npx", "vue-tsc"),
+    "python": ("uv", "poetry", "pytest"),
+}
+#: Programs that only filter a pipe's text: never the part of a pipeline that failed.
+PIPE_FILTERS = frozenset(
+    {"head", "tail", "grep", "egrep", "fgrep", "rg", "sort", "uniq", "wc", "tee", "cut", "tr",
+     "less", "more", "cat", "sed", "awk", "gawk", "jq", "yq", "column", "nl", "xargs"}
+)  # fmt: skip
+#: What hides a command's exit status: a pipe into `head`/`tail`, or `|| echo` / `|| true`.
+MASKS = re.compile(r"\|\s*(?:head|tail)\b|\|\|\s*(?:echo|true|:)(?:\s|$|;)")
+#: The lines that show a masked command failed.
+MASKED_ERROR = re.compile(
+    r"(?:fatal|error|Error)(?:\[[\w-]+\])?: |Traceback \(most recent call last\)"
+)
+#: Heads that only show what was written before (a log, a diff): their text is no error.
+SHOWING_HEADS = frozenset(
+    {"git log", "git show", "git diff", "git blame", "git grep", "git reflog", "journalctl",
+     "docker logs", "kubectl logs", "gh run", "gh pr"}
+)  # fmt: skip
 
 # -- normalisation ---------------------------------------------------------------------------
 
@@ -295,7 +411,20 @@ def command_head(tool: str, arguments: str, error: str = "") -> str:
     heads = call_heads(tool, arguments)
     if not heads:
         return tool
-    return attribute(heads, error) if error else heads[0]
+    if len(heads) == 1 and not error:
+        return heads[0]
+    return attribute(heads, error, shell_script(tool, arguments) or "")
+
+
+def failing_part(tool: str, arguments: str, text: str) -> tuple[str, str]:
+    """A failed call's command head (see `command_head`) and its first error line, the
+    result `text` read once for both."""
+    lines = error_lines(text)
+    line = _first_error(lines)
+    heads = call_heads(tool, arguments)
+    if not heads:
+        return tool, line
+    return _attributed(heads, lines, line, shell_script(tool, arguments) or ""), line
 
 
 def script_heads(script: str) -> list[str]:
@@ -331,41 +460,183 @@ def _script_heads(script: str) -> tuple[str, ...]:
     return next(((h,) for part in setup if (h := _part_head(part)) is not None), ())
 
 
-def attribute(heads: Sequence[str], error: str) -> str:
-    """The head the error text names: a part whose program opens a line (`grep: x: No such
-    file`) or whose sub-command word appears in it; else the first."""
+def attribute(heads: Sequence[str], error: str, script: str = "") -> str:
+    """The head of the part of `script` (whose parts' heads are `heads`) that `error`, the
+    result's text, names (see the module docstring); else the last part that ran."""
+    lines = error_lines(error)
+    return _attributed(heads, lines, _first_error(lines), script)
+
+
+def _attributed(heads: Sequence[str], lines: list[str], line: str, script: str) -> str:
+    """`attribute` of a result whose `error_lines` are `lines` and first error line `line`."""
+    wrapper = _wrapper_error(line, script)
+    if wrapper is not None:
+        return wrapper
     if len(heads) == 1:
         return heads[0]
-    text = error[:2000].lower()
-    for head in heads:
-        program = head.split(" ", 1)[0]
-        if text.startswith(f"{program}: ") or f"\n{program}: " in text:
+    named = _named_by(heads, line)
+    if named is not None:
+        return named
+    for text_line in lines:
+        program = text_line.split(": ", 1)[0] if ": " in text_line[:40] else None
+        if program is not None and (named := _of_program(heads, program, text_line)):
+            return named
+    lowered = "\n".join(lines).lower()
+    for head in reversed(heads):
+        if _subcommand_in(head, lowered):
             return head
-    for head in heads:
-        words = head.split(" ")
-        # The substring first: most heads' words are not in the text at all.
-        if len(words) > 1 and words[1] in text and re.search(rf"\b{re.escape(words[1])}\b", text):
-            return head
-    return heads[0]
+    return _last_ran(heads, script)
+
+
+def _named_by(heads: Sequence[str], line: str) -> str | None:
+    """The head whose program wrote `line`: its `program: ` opening or an `ERROR_AUTHORS`
+    shape."""
+    if not line:
+        return None
+    program = line.split(": ", 1)[0] if ": " in line[:40] else None
+    if program is not None and (named := _of_program(heads, program, line)):
+        return named
+    for pattern, author in ERROR_AUTHORS:
+        if pattern.search(line) and (named := _of_program(heads, author, line)):
+            return named
+    lowered = line.lower()
+    return next((head for head in reversed(heads) if _subcommand_in(head, lowered)), None)
+
+
+def _of_program(heads: Sequence[str], author: str, line: str) -> str | None:
+    """Among the heads `author` (a program, or a program and its sub-command) names, the one
+    whose sub-command word `line` holds, else the last."""
+    program = author.split(" ", 1)[0]
+    mine = [
+        head
+        for head in heads
+        if head == author
+        or (" " not in author and _program_of(head) in (program, *_ALIASES.get(program, ())))
+        or (program == "python" and PYTHONS.match(_program_of(head)) is not None)
+    ]
+    if not mine:
+        return None
+    lowered = line.lower()
+    return next((head for head in reversed(mine) if _subcommand_in(head, lowered)), mine[-1])
+
+
+def _program_of(head: str) -> str:
+    return head.split(" ", 1)[0]
+
+
+def _subcommand_in(head: str, lowered: str) -> bool:
+    words = head.split(" ")
+    # The substring first: most heads' words are not in the text at all.
+    return (
+        len(words) > 1
+        and words[1] in lowered
+        and re.search(rf"\b{re.escape(words[1])}\b", lowered) is not None
+    )
+
+
+def _wrapper_error(line: str, script: str) -> str | None:
+    """The wrapper whose own error `line` is (`sudo: a terminal is required ...`), when the
+    script runs that wrapper."""
+    if ": " not in line[:12]:
+        return None
+    program = line.split(": ", 1)[0]
+    return program if program in OWNING_WRAPPERS and program in _wrappers_in(script) else None
+
+
+def wrappers_run(tool: str, arguments: str) -> tuple[str, ...]:
+    """The wrappers of `OWNING_WRAPPERS` a shell call runs: a successful call is a run of
+    each (a failure of the wrapper itself is signed with its name)."""
+    for gate in _WRAPPER_GATES:
+        if gate in arguments:
+            break
+    else:
+        return ()  # most calls: no wrapper at all
+    script = shell_script(tool, arguments)
+    return _wrappers_in(script) if script is not None else ()
+
+
+@functools.lru_cache(maxsize=1024)
+def _wrappers_in(script: str) -> tuple[str, ...]:
+    found = {match.group(1) for match in _WRAPPER_WORD.finditer(script[:MAX_SCRIPT_CHARS])}
+    return tuple(sorted(found))
+
+
+def _last_ran(heads: Sequence[str], script: str) -> str:
+    """The last part of a chain that ran, a pipe's filters aside (a failing pipeline's error
+    is its producer's)."""
+    if "|" in script:
+        producers = [head for head in heads if _program_of(head) not in PIPE_FILTERS]
+        return producers[-1] if producers else heads[0]  # `grep x | head`: the grep
+    return heads[-1]
+
+
+def masked_head(tool: str, arguments: str, text: str) -> str | None:
+    """The head of a shell call that reported success while its output holds an error line
+    (`MASKED_ERROR`), because a pipe or `||` hid the exit status (`MASKS`); else None. A part
+    that only shows text (`cat`, `grep`, `git log`) is not masked by what the text says."""
+    # The arguments' JSON holds a mask's `|` as it is: looked for before anything is decoded.
+    if not MASKS.search(arguments) or not _may_hold_error(text):
+        return None
+    script = shell_script(tool, arguments)
+    if script is None or not MASKS.search(script):
+        return None
+    lines = error_lines(text)
+    if not any(MASKED_ERROR.match(line) for line in lines):
+        return None
+    heads = [
+        head
+        for head in call_heads(tool, arguments)
+        if _program_of(head) not in PLAIN_PROGRAMS
+        and _program_of(head) not in PIPE_FILTERS
+        and head not in SHOWING_HEADS
+    ]
+    if not heads:
+        return None
+    return _attributed(heads, lines, _first_error(lines), script)
+
+
+def _may_hold_error(text: str) -> bool:
+    """Whether `text` holds a word of `MASKED_ERROR` (substring tests: no pattern runs over
+    the output of every masked call that went well)."""
+    return "rror:" in text or "fatal:" in text or "Traceback (" in text or "rror[" in text
 
 
 def first_error_line(text: str) -> str:
     """The line that says what went wrong, without the agent's own banner."""
-    lines = _body_lines(text)
+    return _first_error(error_lines(text))
+
+
+def _first_error(lines: list[str]) -> str:
+    """`first_error_line` of a result whose `error_lines` are `lines`."""
     if not lines:
         return ""
     structured = _structured_error(lines)
     if structured is not None:
         return structured
-    for index, line in enumerate(lines[:MAX_SCAN_LINES]):
+    for index, line in enumerate(lines):
         if line.startswith(_TRACEBACK):
             window = lines[index + 1 : index + MAX_SCAN_LINES]
             raised = [x for x in window if _EXCEPTION_LINE.match(x)]
             return (raised[-1] if raised else line)[:MAX_LINE_CHARS]
-    for line in lines[:MAX_SCAN_LINES]:
+    # Every shape opens with `^`: matched at a line's start only, not searched along it.
+    shaped = next((line for line in lines if ERROR_LINES.match(line)), None)
+    if shaped is not None:
+        return shaped[:MAX_LINE_CHARS]
+    quiet = [line for line in lines if not NOISE_LINES.match(line)]
+    for line in quiet:
         if reads_as_error(line):
             return line[:MAX_LINE_CHARS]
-    return lines[0][:MAX_LINE_CHARS]
+    return (quiet or lines)[0][:MAX_LINE_CHARS]
+
+
+def error_lines(text: str) -> list[str]:
+    """The lines of a result an error line is looked for in: its first and its last
+    `MAX_SCAN_LINES`, without the agent's banner, ANSI codes or empty lines, escaped line
+    breaks split."""
+    lines = _body_lines(text)
+    if len(lines) > 2 * MAX_SCAN_LINES:
+        return lines[:MAX_SCAN_LINES] + lines[-MAX_SCAN_LINES:]
+    return lines
 
 
 def reads_as_error(line: str) -> bool:
@@ -515,7 +786,7 @@ def _opens_as_itself(word: str) -> bool:
         and word not in WRAPPERS
         and word not in SHELLS
         and word not in PLAIN_PROGRAMS
-        and word not in ("timeout", "npx", "bunx", "pnpx")
+        and word not in ("npx", "bunx", "pnpx")
         and PYTHONS.match(word) is None
     )
 
@@ -524,16 +795,13 @@ def _parsed_head(part: str) -> str | None:
     words = _words(part)
     while words and (_ASSIGNMENT.match(words[0]) or words[0] in ("(", "{", "!")):
         words = words[1:]
+    wrapper = None
     while words and words[0] in WRAPPERS:
-        wrapper, words = words[0], words[1:]
-        while words and (words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
+        wrapper, words = words[0], _past_wrapper(words[0], words[1:])
+        while words and _ASSIGNMENT.match(words[0]):  # `timeout 30 FOO=1 sudo make`
             words = words[1:]
-        if wrapper == "command" and words and words[0] in ("-v", "-V"):
-            words = words[1:]
-    if words and words[0] == "timeout":
-        words = [w for w in words[1:] if not w.startswith("-")][1:]
     if not words:
-        return None
+        return wrapper  # a wrapper with no command: `xargs` runs `echo`, `sudo -v` is sudo's
     program = words[0].rstrip(")").rsplit("/", 1)[-1]
     if not program or not _PROGRAM.match(program):
         return None
@@ -551,6 +819,23 @@ def _parsed_head(part: str) -> str | None:
     if program in PLAIN_PROGRAMS or PYTHONS.match(program):
         return program
     return _with_subcommand(program, arguments)
+
+
+def _past_wrapper(wrapper: str, words: list[str]) -> list[str]:
+    """The words after a wrapper's options (and their values) and its own argument."""
+    value_options = WRAPPER_VALUE_OPTIONS[wrapper]
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in value_options:
+            index += 2
+        elif word.startswith("-") or _ASSIGNMENT.match(word):
+            index += 1
+        else:
+            break
+    if wrapper in _WRAPPERS_WITH_ARGUMENT:
+        index += 1
+    return words[index:]
 
 
 def _with_subcommand(program: str, arguments: list[str]) -> str:
@@ -619,12 +904,15 @@ def _cut_json_command(arguments: str) -> str | None:
 
 
 def _body_lines(text: str) -> list[str]:
-    # Some hooks print escaped newlines: they separate lines all the same.
-    text = text[:MAX_BODY_CHARS]
+    if len(text) > MAX_BODY_CHARS:  # its head and its tail, where errors are
+        text = f"{text[: MAX_BODY_CHARS // 2]}\n{text[-MAX_BODY_CHARS // 2 :]}"
     if "tool_use_error>" in text:
         text = _TAG.sub("", text)
-    if "\\n" in text:
-        text = text.replace("\\n", "\n")
+    if "\x1b" in text or "[0m" in text or "\\u001b" in text or "\\x1b" in text:
+        text = _ANSI.sub("", text)
+    # Some hooks and tools print escaped line breaks: they separate lines all the same.
+    if "\\n" in text or "\\r" in text:
+        text = text.replace("\\r\\n", "\n").replace("\\n", "\n").replace("\\r", "")
     text = text.strip()
     text = text.removeprefix("[error]").strip()
     lines = [line.strip() for line in text.splitlines()]

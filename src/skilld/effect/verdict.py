@@ -41,7 +41,7 @@ REVISABLE: frozenset[Verdict] = frozenset({"not-triggered", "no-change", "worse"
 class Counts(NamedTuple):
     """What a skill's rows count, before and after its version that learned the failure."""
 
-    #: Source failure signatures (real/hook, resolved) the skill was learned from.
+    #: Source failure signatures (real/hook/masked, resolved) the skill was learned from.
     source_failures: int
     before_exposures: int
     before_failures: int

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from skilld.effect import store
-from skilld.effect.measure import COUNTED_CLASSES
+from skilld.effect.extract import COUNTED_CLASSES, COUNTED_SQL
 from skilld.effect.report import (
     MEASUREMENT_KEY,
     SkillEffect,
@@ -167,7 +167,7 @@ def observe(
         (signature, session)
         for signature, session in conn.execute(
             "SELECT signature, session FROM effect_failures"
-            " WHERE id > ? AND class IN ('real', 'hook')",
+            f" WHERE id > ? AND class IN {COUNTED_SQL}",
             (seen,),
         ).fetchall()
     }
@@ -292,7 +292,8 @@ def window_offers(
     state: StateDB, library: str, session: str, first_message: int, last_message: int
 ) -> list[dict[str, Any]]:
     """The skills of `library` that the window (the session's messages first..last) offers
-    for revision: those learned from a real or hook failure the window shows again."""
+    for revision: those learned from a counted failure (real, hook, masked) the window shows
+    again."""
     signatures = {
         failure.signature
         for failure in store.window_failures(state.conn, session, first_message, last_message)

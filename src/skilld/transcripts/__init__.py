@@ -15,6 +15,7 @@ _EXPORTS = {
         [
             "Cursor",
             "Message",
+            "Refusal",
             "Role",
             "ScanResult",
             "SessionRead",

@@ -15,9 +15,14 @@ counted yet). Every record carries the session's `cwd`: the read reports the las
 record carries `gitBranch` too, which changes when the user switches branches mid-session: each
 message keeps the branch of the record it came from (`recorded`).
 
-A tool result's outcome is its block's `is_error`; a failed `Bash` result's text opens with
-`Exit code N` (then the output), which gives its exit code. A failed call that never ran (a hook
-refused it, the user declined it) has no such banner.
+A tool result's outcome is its block's `is_error`. Since 2.1, a failed `Bash` result's text
+opens with `Exit code N` (then the output), which gives its exit code, and a failed `Bash` call
+without that banner (nor a `<tool_use_error>`) never ran: a hook or a rule refused it. 2.0.x and
+earlier write no banner at all: their failed `Bash` results are read by their text alone. Who
+refused a call is read from the record where it says so (`toolDenialKind`: `user-rejected` is
+the user, any other kind a rule; `toolUseResult: "User rejected tool use"`), and from an edit
+the user rejected in the IDE's diff view with words of their own: the result is just those
+words (Claude Code's own edit errors come in `<tool_use_error>`).
 
 Subagents (`<project>/<session>/subagents/*.jsonl`, and the older `<project>/agent-*.jsonl`) are
 read only with `include_subagents`. Sidechain records inside a main session belong to a
@@ -33,13 +38,13 @@ from typing import Any
 
 from skilld.gitinfo import GitContext, context
 from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
-from skilld.transcripts.model import Message, SkillSignal, ToolCall
+from skilld.transcripts.model import Message, Refusal, SkillSignal, ToolCall
 from skilld.transcripts.normalise import (
     IMAGE_BLOCK_TYPES,
     IMAGE_PLACEHOLDER,
     compact_arguments,
     content_text,
-    cut_text,
+    cut_result,
     decode_record,
     iso_timestamp,
     pending_calls,
@@ -62,8 +67,17 @@ SYNTHETIC_MODEL = "<synthetic>"
 #: compaction) are not counted again. Bounded to keep cursors small.
 MAX_REMEMBERED_SKILLS = 256
 SUBAGENTS_DIR = "subagents"
-#: How a failed `Bash` result begins: the command's exit code, then its output.
+#: How a failed `Bash` result begins (since 2.1): the command's exit code, then its output.
 _EXIT_BANNER = re.compile(r"^\[error\] Exit code (-?\d+)\s*(\n|$)")
+#: The first version that opens every failed `Bash` result it ran with `Exit code N`.
+BANNER_SINCE = (2, 1)
+_VERSION = re.compile(r"^(\d+)\.(\d+)")
+#: The tools whose change the IDE shows as a diff the user may reject with words of their own.
+EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
+_TOOL_USE_ERROR = "<tool_use_error>"
+_USER_REJECTED = "User rejected tool use"
+#: Words of a hook's or a rule's refusal of an edit (read by its text, not as the user's).
+_REFUSING_WORDS = ("hook", "denied", "blocked", "not allowed", "permission")
 LEGACY_SUBAGENT_PREFIX = "agent-"
 
 
@@ -134,6 +148,10 @@ class _Reader:
     open_assistant_id: str | None = None
     #: The branch the last record names (None: it names none, or not a plausible one).
     git: GitContext | None = None
+    #: The last record's Claude Code version, and whether it opens a failed `Bash` result
+    #: with its exit code (None: no version seen).
+    version: str | None = None
+    writes_banner: bool | None = None
 
     def add(self, record: dict[str, Any]) -> None:
         if record.get("isSidechain") is True and not self.in_subagent:
@@ -143,6 +161,9 @@ class _Reader:
             self.parsed.cwd = cwd
         if "gitBranch" in record:
             self.git = context(branch=record["gitBranch"], how="recorded")
+        version = record.get("version")
+        if version != self.version and isinstance(version, str):  # every record names it
+            self.version, self.writes_banner = version, _writes_banner(version)
         record_type = record.get("type")
         if record_type == "assistant":
             self._assistant(record)
@@ -214,7 +235,7 @@ class _Reader:
                     continue
                 block_type = string_or_none(block.get("type"))  # hashable for `in`
                 if block_type == "tool_result":
-                    self._append(self._tool_result(block, timestamp))
+                    self._append(self._tool_result(block, timestamp, _record_refusal(record)))
                 elif block_type == "text" and isinstance(block.get("text"), str):
                     texts.append(block["text"])
                 elif block_type in IMAGE_BLOCK_TYPES:
@@ -223,21 +244,45 @@ class _Reader:
         if text and not text.lstrip().startswith(HARNESS_TEXT_PREFIXES):
             self._append(Message(role="user", text=text, timestamp=timestamp))
 
-    def _tool_result(self, block: dict[str, Any], timestamp: str | None) -> Message:
+    def _tool_result(
+        self, block: dict[str, Any], timestamp: str | None, refused_by: Refusal | None
+    ) -> Message:
         call_id = string_or_none(block.get("tool_use_id"))
         text = content_text(block.get("content"))
+        tool = self.calls.pop(call_id, None) if call_id else None
         failed = block.get("is_error") is True
+        exit_code = None
         if failed:
             text = f"[error] {text}"
+            exit_code = _exit_code(text)
+            if refused_by is None:
+                refused_by = self._refusal(tool, text, exit_code)
+        cut, tail = cut_result(text, self.tool_result_max_chars)
         return Message(
             role="tool",
-            text=cut_text(text, self.tool_result_max_chars),
+            text=cut,
             tool_call_id=call_id,
-            tool_name=self.calls.pop(call_id, None) if call_id else None,
+            tool_name=tool,
             timestamp=timestamp,
             failed=failed,
-            exit_code=_exit_code(text) if failed else None,
+            exit_code=exit_code,
+            refused_by=refused_by if failed else None,
+            tail=tail,
         )
+
+    def _refusal(self, tool: str | None, text: str, exit_code: int | None) -> Refusal | None:
+        """Who refused a failed call, as its text shows to one who knows this version: an edit
+        whose result is only the user's words, a `Bash` call without the banner of a version
+        that writes one."""
+        body = text.removeprefix("[error] ").lstrip()
+        if body.startswith(_TOOL_USE_ERROR):
+            return None
+        if tool in EDIT_TOOLS:  # the user's words, unless a hook or a rule speaks
+            opening = body[:800].lower()
+            return None if any(word in opening for word in _REFUSING_WORDS) else "user"
+        if tool == "Bash" and exit_code is None and self.writes_banner:
+            return "policy"
+        return None
 
     def _attachment(self, attachment: Any, timestamp: str | None) -> None:
         if not isinstance(attachment, dict) or attachment.get("type") != "invoked_skills":
@@ -283,6 +328,22 @@ def _assistant_content(content: Any) -> tuple[str, tuple[ToolCall, ...]]:
                     )
                 )
     return "\n".join(text for text in texts if text), tuple(calls)
+
+
+def _writes_banner(version: str) -> bool | None:
+    """Whether Claude Code `version` opens a failed `Bash` result with `Exit code N`."""
+    match = _VERSION.match(version)
+    if match is None:
+        return None
+    return (int(match.group(1)), int(match.group(2))) >= BANNER_SINCE
+
+
+def _record_refusal(record: dict[str, Any]) -> Refusal | None:
+    """Who refused the call a user record answers, as the record says it beside the text."""
+    kind = record.get("toolDenialKind")
+    if isinstance(kind, str) and kind:
+        return "user" if kind == "user-rejected" else "policy"
+    return "user" if record.get("toolUseResult") == _USER_REJECTED else None
 
 
 def _exit_code(text: str) -> int | None:

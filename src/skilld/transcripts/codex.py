@@ -12,7 +12,13 @@ results, named by joining on `call_id`, kept in the cursor across reads), `reaso
 A tool result's outcome is its exit code where Codex records one (the old `shell` output's
 `metadata.exit_code`; the `exec_command` header `Process exited with code N`; `Exit code: N`),
 `success` in the older output object, or Codex's answer to a declined or aborted call
-("exec command rejected by user", "aborted by user"); otherwise it is unknown.
+("exec command rejected by user", "aborted by user"); otherwise it is unknown. A call Codex could
+not run answers `exec_command failed[ for `…`]: CreateProcess { message: "…" }` (a Rust value
+printed with its quotes escaped): a failure. When its sandbox denied the command
+(`Codex(Sandbox(Denied { output: ExecToolCallOutput { exit_code: N, … aggregated_output:
+StreamOutput { text: "…"`) the result is read as the command's exit code and output, refused by
+a policy; when Codex rejected it (`Rejected("…")`) as Codex's reason, refused by the user when
+it says "rejected by user", else by a policy.
 
 User messages that are harness context rather than the user speaking (`<environment_context>`,
 `<user_instructions>`, AGENTS.md instructions, `<turn_aborted>`, a `!` shell command, ...) are
@@ -39,11 +45,11 @@ from typing import Any
 
 from skilld.gitinfo import GitContext, context, from_json
 from skilld.transcripts._filesource import LineFileSource, ParsedLines, SessionFile, find_files
-from skilld.transcripts.model import Message, SkillSignal, ToolCall
+from skilld.transcripts.model import Message, Refusal, SkillSignal, ToolCall
 from skilld.transcripts.normalise import (
     compact_arguments,
     content_text,
-    cut_text,
+    cut_result,
     decode_record,
     iso_timestamp,
     pending_calls,
@@ -86,6 +92,19 @@ _DECLINED = re.compile(
     r"This action was rejected due to unacceptable risk",
     re.IGNORECASE,
 )
+
+
+#: How Codex answers a call it could not run: `exec_command failed: CreateProcess { ... }`.
+_CALL_FAILED = re.compile(r"(?:exec_command|shell_command|write_stdin|shell) failed\b")
+_CALL_FAILED_CHARS = 40
+_SANDBOX_DENIED = "Sandbox(Denied"
+_DENIED_EXIT = re.compile(r"exit_code: (-?\d+)")
+_DENIED_OUTPUTS = ("aggregated_output: StreamOutput { text: ", "stderr: StreamOutput { text: ")
+_REJECTED_BY_CODEX = 'Rejected("'
+#: A command Codex quotes at the start of its reason (`` `/bin/zsh -lc '...'` rejected: ``).
+_QUOTED_COMMAND = re.compile(r"^`[^`]*`\s*")
+_RUST_ESCAPE = re.compile(r"\\(u\{([0-9a-fA-F]{1,6})\}|.)", re.DOTALL)
+_RUST_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "0": "\0"}
 
 
 class CodexSource(LineFileSource):
@@ -190,16 +209,23 @@ class CodexSource(LineFileSource):
                 output = item.get("output")
                 text = _output_text(output)
                 failed, exit_code = _outcome(output, text)
+                refused_by: Refusal | None = None
+                if failed is None and _CALL_FAILED.match(text.lstrip()[:_CALL_FAILED_CHARS]):
+                    failed = True
+                    text, exit_code, refused_by = _unrun_call(text)
+                cut, tail = cut_result(text, self.tool_result_max_chars)
                 parsed.messages.append(
                     Message(
                         role="tool",
-                        text=cut_text(text, self.tool_result_max_chars),
+                        text=cut,
                         tool_call_id=call_id,
                         tool_name=calls.pop(call_id, None) if call_id else None,
                         timestamp=timestamp,
                         git=git,
                         failed=failed,
                         exit_code=exit_code,
+                        refused_by=refused_by,
+                        tail=tail,
                     )
                 )
                 open_assistant = None
@@ -331,6 +357,51 @@ def _outcome(output: Any, text: str) -> tuple[bool | None, int | None]:
     if _DECLINED.match(text.lstrip()):
         return True, None
     return None, None
+
+
+def _unrun_call(text: str) -> tuple[str, int | None, Refusal | None]:
+    """(text, exit code, who refused it) of a call Codex could not run: a sandbox's denial is
+    the command's exit code and output, Codex's rejection its reason; anything else stays as
+    Codex wrote it."""
+    opening = text.find('message: "')
+    if opening == -1:
+        return text, None, None
+    message = _rust_string(text, opening + len('message: "'))
+    if _SANDBOX_DENIED in message:
+        code = _DENIED_EXIT.search(message)
+        exit_code = int(code.group(1)) if code else None
+        output = next(
+            (
+                found
+                for marker in _DENIED_OUTPUTS
+                if (start := message.find(marker + '"')) != -1
+                and (found := _rust_string(message, start + len(marker) + 1).strip())
+            ),
+            "",
+        )
+        status = f"Exit code: {exit_code}\n" if exit_code is not None else ""
+        return f"{status}Output:\n{output}\n[the sandbox denied the command]", exit_code, "policy"
+    if message.startswith(_REJECTED_BY_CODEX):
+        reason = _QUOTED_COMMAND.sub("", _rust_string(message, len(_REJECTED_BY_CODEX)))
+        return reason, None, "user" if "rejected by user" in reason.lower() else "policy"
+    return text, None, None
+
+
+def _rust_string(text: str, start: int) -> str:
+    """The Rust string literal (`{:?}`) whose body starts at `start`, unescaped; to the end of
+    `text` when it is not closed."""
+    end = start
+    while end < len(text) and text[end] != '"':
+        end += 2 if text[end] == "\\" else 1
+    return _RUST_ESCAPE.sub(_rust_unescaped, text[start:end])
+
+
+def _rust_unescaped(match: re.Match[str]) -> str:
+    if match.group(2) is not None:
+        code = int(match.group(2), 16)
+        return chr(code) if code <= 0x10FFFF else ""
+    char = match.group(1)
+    return _RUST_ESCAPES.get(char, char)
 
 
 def _first_line(file: Path, max_bytes: int) -> bytes | None:

@@ -30,7 +30,7 @@ from skilld.transcripts.model import Message, ToolCall
 from skilld.transcripts.normalise import (
     compact_arguments,
     content_text,
-    cut_text,
+    cut_result,
     decode_record,
     iso_timestamp,
     pending_calls,
@@ -97,14 +97,16 @@ def chat_message(
         call_id = string_or_none(record.get("tool_call_id"))
         known_name = calls.pop(call_id, None) if call_id else None
         failed, exit_code = tool_outcome(text)
+        cut, tail = cut_result(text, tool_result_max_chars)
         return Message(
             role="tool",
-            text=cut_text(text, tool_result_max_chars),
+            text=cut,
             tool_call_id=call_id,
             tool_name=string_or_none(record.get("name")) or known_name,
             timestamp=timestamp,
             failed=failed or record.get("error") is True,
             exit_code=exit_code,
+            tail=tail,
         )
     return None
 

@@ -12,6 +12,10 @@ if TYPE_CHECKING:
 
 Role = Literal["user", "assistant", "tool", "system"]
 SignalKind = Literal["use", "view"]
+#: Who refused a tool call before it ran, where the agent's record says so beyond the text:
+#: the user (declined it, maybe with words of their own) or a policy (a hook, a permission rule,
+#: a sandbox).
+Refusal = Literal["user", "policy"]
 
 #: A cursor is a small JSON-serialisable mapping owned by the source that made it
 #: (a file tail keeps its file, offset and content mark, a database keeps the last row id).
@@ -41,6 +45,12 @@ class Message(NamedTuple):
     failed: bool | None = None
     #: For role "tool": the exit code of a shell command, where the agent records one.
     exit_code: int | None = None
+    #: For role "tool" that failed: who refused the call, where the agent's record says so
+    #: (its reader knows how each version writes it); None: the text must tell.
+    refused_by: Refusal | None = None
+    #: For role "tool" whose text was cut: the output's last characters, where a failing
+    #: command's error usually is.
+    tail: str = ""
 
     @property
     def finishes_turn(self) -> bool:

@@ -33,6 +33,18 @@ def cut_text(text: str, limit: int) -> str:
     return f"{text[: max(limit, 0)]}…[cut {len(text) - max(limit, 0)} chars]"
 
 
+#: How much of a cut tool result's end is kept beside it (`Message.tail`).
+RESULT_TAIL_CHARS = 1500
+
+
+def cut_result(text: str, limit: int) -> tuple[str, str]:
+    """A tool result cut as `cut_text` cuts it, and the end the cut dropped (at most
+    `RESULT_TAIL_CHARS`; empty when nothing was cut)."""
+    if len(text) <= limit:
+        return text, ""
+    return cut_text(text, limit), text[max(limit, len(text) - RESULT_TAIL_CHARS) :]
+
+
 def compact_arguments(value: Any) -> str:
     """Tool-call arguments as compact JSON text, cut to `ARGUMENTS_MAX_CHARS`.
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from skilld.transcripts.model import Message, ToolCall
-from skilld.transcripts.normalise import content_text, cut_text
+from skilld.transcripts.normalise import content_text, cut_result, cut_text
 
 KIND = "dsh"
 #: Streaming rows: they repeat, token by token, what the settled messages already hold.
@@ -360,15 +360,17 @@ class Digester:
                 text = f"[error] {text}"
             known_name = self.state.calls.get(call_id) if call_id else None
             fallback_name = data.get("name")
+            cut, tail = cut_result(text, self.tool_result_max_chars)
             self._emit(
                 Message(
                     "tool",
-                    cut_text(text, self.tool_result_max_chars),
+                    cut,
                     tool_call_id=call_id,
                     tool_name=known_name
                     or (fallback_name if isinstance(fallback_name, str) else None),
                     timestamp=timestamp,
                     failed=failed,
+                    tail=tail,
                 )
             )
 
