@@ -143,6 +143,17 @@ class Failure(NamedTuple):
     cls: str  # real | hook | test | benign | rejected | cascade
     exit_code: int | None
     resolved: bool  # a later call in the session ran the same command head successfully
+    #: Where it happened, for a person to find it (`skilld failures show`): the agent's own id
+    #: of the call, the command as run (redacted, cut to `RUN_MAX_CHARS`), the error line as
+    #: read (redacted, not normalised) and the branch the session was on.
+    call_id: str | None = None
+    run: str = ""
+    line: str = ""
+    branch: str | None = None
+
+
+#: How much of a failing call's command an occurrence keeps.
+RUN_MAX_CHARS = 500
 
 
 class HeadRuns(NamedTuple):
@@ -333,7 +344,8 @@ def _failure(
     script = shell_script(tool, arguments)
     cls = classify(tool, script, head, text, exit_code, head in failed_this_turn)
     branch = message.git.branch if message.git is not None else None
-    error = normalise_error(_redacted(first_error_line(text)), cwd, branch)
+    line = _redacted(first_error_line(text))
+    error = normalise_error(line, cwd, branch)
     return Failure(
         seq,
         ts,
@@ -344,7 +356,17 @@ def _failure(
         cls,
         exit_code,
         False,
+        message.tool_call_id,
+        _run(script if script is not None else arguments),
+        line,
+        branch,
     )
+
+
+def _run(command: str) -> str:
+    """A failing call's command as an occurrence keeps it: redacted, then cut (a cut first
+    could leave the start of a secret the redaction no longer recognises)."""
+    return redact(command).text[:RUN_MAX_CHARS]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -10,11 +10,14 @@ messages start at index 0) is numbered below zero: it never collides with a wind
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from skilld.effect import failure_id
 from skilld.effect.extract import (
     CLASSES,
     COUNTED_CLASSES,
@@ -148,15 +151,18 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> set[s
         )
     failures = [
         (read.facts.session, f.seq, _nullable(f.ts), f.tool, f.command, f.error, f.signature,
-         f.cls, _nullable(f.exit_code), int(f.resolved), *_row_session(current[read.facts.session]))
+         f.cls, _nullable(f.exit_code), int(f.resolved), *_row_session(current[read.facts.session]),
+         _failure_id(f.signature), _nullable(f.call_id), f.run, f.line, _nullable(f.branch))
         for read in reads
         for f in read.failures
     ]  # fmt: skip
     if failures:
         conn.executemany(
             "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, error,"
-            " signature, class, exit_code, resolved, source, repository, session_ts)"
-            f" VALUES (?, ?, {_NULLABLE}, ?, ?, ?, ?, ?, {_NULLABLE}, ?, ?, {_NULLABLE}, ?)",
+            " signature, class, exit_code, resolved, source, repository, session_ts,"
+            " failure_id, call_id, run, line, branch)"
+            f" VALUES (?, ?, {_NULLABLE}, ?, ?, ?, ?, ?, {_NULLABLE}, ?, ?, {_NULLABLE}, ?,"
+            f" ?, {_NULLABLE}, {_NULLABLE}, {_NULLABLE}, {_NULLABLE})",
             failures,
         )
     return {session for *_, session in changed} | _resolve_earlier(conn, first_seq, last_ok)
@@ -239,14 +245,18 @@ def window_failures(
 ) -> list[Failure]:
     """The failures a session's messages `first_seq..last_seq` showed, in order."""
     rows = conn.execute(
-        "SELECT seq, ts, tool, command, error, signature, class, exit_code, resolved"
+        "SELECT seq, ts, tool, command, error, signature, class, exit_code, resolved, call_id,"
+        " COALESCE(run, ''), COALESCE(line, ''), branch"
         " FROM effect_failures WHERE session = ? AND seq BETWEEN ? AND ? ORDER BY seq",
         (session, first_seq, last_seq),
     ).fetchall()
     return [
-        Failure(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], bool(row[8]))
+        Failure(
+            row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], bool(row[8]),
+            row[9], row[10], row[11], row[12],
+        )
         for row in rows
-    ]
+    ]  # fmt: skip
 
 
 def recurrences(
@@ -272,6 +282,12 @@ def recurrences(
         params.append(repository)
     count: int = conn.execute(sql, params).fetchone()[0]
     return count
+
+
+#: A tick signs the same failures read after read.
+_failure_id = functools.lru_cache(maxsize=4096)(failure_id)
+#: What `skilld failures show` takes for an id rather than a signature.
+_FAILURE_ID = re.compile(r"[0-9a-f]{12}")
 
 
 def failure_rows(
@@ -341,6 +357,7 @@ class _Group:
 
     def entry(self, signature: str, skills: list[dict[str, str]]) -> dict[str, Any]:
         return {
+            "id": _failure_id(signature),
             "signature": signature,
             "tool": self.tool,
             "command": self.command,
@@ -353,6 +370,52 @@ class _Group:
             "repositories": sorted(self.repositories),
             "skills": skills,
         }
+
+
+def failure_occurrences(
+    conn: sqlite3.Connection,
+    key: str,
+    covered: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+) -> dict[str, Any] | None:
+    """`skilld failures show ID|SIGNATURE --json`: the failure's row (as `failure_rows` gives
+    it) and its occurrences, oldest first; None when no failure has that id or signature.
+    `covered` as for `failure_rows`."""
+    wanted = key if _FAILURE_ID.fullmatch(key) else _failure_id(key)
+    rows = conn.execute(
+        "SELECT f.signature, f.tool, f.command, f.error, f.class, f.session,"
+        " COALESCE(f.ts, s.first_ts) AS at, s.repository, f.source, f.seq, f.call_id, f.run,"
+        " f.line, f.resolved, f.branch"
+        " FROM effect_failures AS f INDEXED BY effect_failures_id"
+        " LEFT JOIN effect_sessions AS s ON s.session = f.session"
+        " WHERE f.failure_id = ? ORDER BY at, f.session, f.seq",
+        (wanted,),
+    ).fetchall()
+    if not rows:
+        return None
+    signature = rows[0][0]
+    group = _Group(rows[0][1], rows[0][2], rows[0][3])
+    occurrences = []
+    for row in rows:
+        group.add(row[4], row[5], row[6], row[7])
+        occurrences.append(
+            {
+                "session": row[5],
+                "source": row[8],
+                "at": row[6],
+                "message": row[9],
+                "call_id": row[10],
+                "command": row[11],
+                "error": row[12],
+                "class": row[4],
+                "resolved": bool(row[13]),
+                "repository": row[7],
+                "branch": row[14],
+            }
+        )
+    skills = [
+        {"library": library, "name": name} for library, name in (covered or {}).get(signature, ())
+    ]
+    return {**group.entry(signature, skills), "occurrences": occurrences}
 
 
 def _dominant(classes: dict[str, int]) -> str:

@@ -1,0 +1,236 @@
+"""Where each failure happened (DESIGN.md §13 "Occurrences"): `skilld failures` rows carry a
+stable id, `skilld failures show ID|SIGNATURE` lists the occurrences oldest first with the
+agent's own call ids.
+
+Real transcripts (JSONL and Claude Code) in real git checkouts, `skilld once` and `skilld
+failures` in subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Workspace
+from tests.test_failures_tick import NO_UPSTREAM, PUSH_SIGNATURE, call, checkout
+
+PUSH_ID = hashlib.sha256(PUSH_SIGNATURE.encode()).hexdigest()[:12]
+CLAUDE_SESSION = "5f1c2b7e-0d3a-4c8e-9b61-2a7d4e8f0c13"
+TOOL_USE_ID = "toolu_01HXq9ZtY3mVb7Kc2LwR8sNd"
+
+
+def failing_push(call_id: str, branch: str, day: int, *, hour: int = 10) -> list[dict[str, Any]]:
+    """A `git push` that fails for want of an upstream on `branch`, at `day`/`hour`."""
+    ts = f"2026-01-{day:02d}T{hour:02d}:00:00Z"
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [call(call_id, "git push")]},
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": NO_UPSTREAM.format(branch=branch),
+            "error": True,
+            "timestamp": ts,
+        },
+    ]
+
+
+def pushes(cwd: str, day: int, *calls: tuple[str, str, int]) -> list[dict[str, Any]]:
+    """A session in `cwd` on `day` whose pushes (call id, branch, hour) all fail."""
+    ts = f"2026-01-{day:02d}T09:00:00Z"
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Push my work please.", "timestamp": ts, "cwd": cwd}
+    ]
+    for call_id, branch, hour in calls:
+        messages += failing_push(call_id, branch, day, hour=hour)
+    messages.append({"role": "assistant", "content": "I could not push.", "timestamp": ts})
+    return messages
+
+
+def claude_session(root: Path, cwd: str) -> None:
+    """A Claude Code session whose `git push` fails: its call is named by its `tool_use` id."""
+    envelope = {
+        "parentUuid": None, "isSidechain": False, "userType": "external", "cwd": cwd,
+        "sessionId": CLAUDE_SESSION, "version": "2.1.12", "gitBranch": "feat-claude",
+        "timestamp": "2026-01-05T08:00:00.000Z",
+    }  # fmt: skip
+    records = [
+        {**envelope, "type": "user", "uuid": "u1",
+         "message": {"role": "user", "content": "Push it."}},
+        {**envelope, "type": "assistant", "uuid": "u2",
+         "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                     "model": "claude-opus-4-5", "stop_reason": None,
+                     "content": [{"type": "tool_use", "id": TOOL_USE_ID, "name": "Bash",
+                                  "input": {"command": "git push"}}]}},
+        {**envelope, "type": "user", "uuid": "u3",
+         "message": {"role": "user", "content": [
+             {"type": "tool_result", "tool_use_id": TOOL_USE_ID, "is_error": True,
+              "content": "Exit code 128\n" + NO_UPSTREAM.format(branch="feat-claude")}]}},
+        {**envelope, "type": "assistant", "uuid": "u4",
+         "message": {"id": "msg_2", "type": "message", "role": "assistant",
+                     "model": "claude-opus-4-5", "stop_reason": "end_turn",
+                     "content": [{"type": "text", "text": "It has no upstream."}]}},
+    ]  # fmt: skip
+    project = root / "-home-dev-shop"
+    project.mkdir(parents=True)
+    lines = "".join(json.dumps(record) + "\n" for record in records)
+    (project / f"{CLAUDE_SESSION}.jsonl").write_text(lines, encoding="utf-8")
+
+
+@pytest.fixture
+def recorded(workspace: Workspace) -> Workspace:
+    """Three JSONL sessions (one pushing twice) in two checkouts, and a Claude Code session,
+    read by `skilld once` (no reflection: recording needs none)."""
+    shop = checkout(workspace.root / "shop", "git@github.com:acme/shop.git")
+    subprocess.run(["git", "-C", str(shop), "checkout", "-q", "-b", "feat-shop"], check=True)
+    other = str(checkout(workspace.root / "other", "https://gitlab.com/acme/other.git"))
+    claude_root = workspace.root / "claude"
+    claude_session(claude_root, str(shop))
+    workspace.sources = [
+        {"kind": "jsonl", "path": str(workspace.sessions)},
+        {"kind": "claude-code", "path": str(claude_root)},
+    ]
+    workspace.settings["evolve"] = {"min_messages": 1000}
+    workspace.write_config()
+    # Written out of order: the occurrences are listed by when they happened.
+    workspace.add_session("late", pushes(other, 3, ("call_late_1", "feat-3", 10)))
+    workspace.add_session(
+        "early", pushes(str(shop), 1, ("call_early_1", "feat-1", 10), ("call_early_2", "f1", 11))
+    )
+    workspace.add_session("middle", pushes(str(shop), 2, ("call_middle_1", "feat-2", 10)))
+    once = workspace.cli("once")
+    assert once.returncode == 0, once.stderr
+    return workspace
+
+
+def cli_json(workspace: Workspace, *args: str) -> Any:
+    result = workspace.cli(*args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_failures_rows_carry_their_id_and_show_lists_every_occurrence_oldest_first(
+    recorded: Workspace,
+) -> None:
+    rows = {row["signature"]: row for row in cli_json(recorded, "failures", "--json")}
+    push = rows[PUSH_SIGNATURE]
+    assert push["id"] == PUSH_ID
+    assert (push["sessions"], push["occurrences"]) == (3, 4)
+    for signature, row in rows.items():
+        assert row["id"] == hashlib.sha256(signature.encode()).hexdigest()[:12]
+
+    shown = cli_json(recorded, "failures", "show", PUSH_ID, "--json")
+    occurrences = shown.pop("occurrences")
+    # The row, its count of occurrences given as the list of them.
+    assert shown == {key: value for key, value in push.items() if key != "occurrences"}
+    assert len(occurrences) == push["occurrences"]
+    assert [(o["session"], o["call_id"], o["at"]) for o in occurrences] == [
+        ("jsonl:early", "call_early_1", "2026-01-01T10:00:00+00:00"),
+        ("jsonl:early", "call_early_2", "2026-01-01T11:00:00+00:00"),
+        ("jsonl:middle", "call_middle_1", "2026-01-02T10:00:00+00:00"),
+        ("jsonl:late", "call_late_1", "2026-01-03T10:00:00+00:00"),
+    ]
+    first = occurrences[0]
+    assert first == {
+        "session": "jsonl:early",
+        "source": "jsonl",
+        "at": "2026-01-01T10:00:00+00:00",
+        "message": 2,
+        "call_id": "call_early_1",
+        "command": "git push",
+        "error": "fatal: The current branch feat-1 has no upstream branch.",
+        "class": "real",
+        "resolved": False,
+        "repository": "github.com/acme/shop",
+        "branch": "feat-shop",
+    }
+    # The error line as read, each with its own branch name; the signature has a placeholder.
+    assert [o["error"] for o in occurrences[1:]] == [
+        "fatal: The current branch f1 has no upstream branch.",
+        "fatal: The current branch feat-2 has no upstream branch.",
+        "fatal: The current branch feat-3 has no upstream branch.",
+    ]
+    assert [o["repository"] for o in occurrences] == [
+        "github.com/acme/shop", "github.com/acme/shop", "github.com/acme/shop",
+        "gitlab.com/acme/other",
+    ]  # fmt: skip
+    assert occurrences[1]["message"] == 4
+
+    # By its signature, the same answer.
+    assert cli_json(recorded, "failures", "show", PUSH_SIGNATURE, "--json") == {
+        **shown,
+        "occurrences": occurrences,
+    }
+
+
+def test_a_claude_code_failure_is_named_by_its_tool_use_id_and_its_branch(
+    recorded: Workspace,
+) -> None:
+    (row,) = [r for r in cli_json(recorded, "failures", "--json") if r["tool"] == "Bash"]
+    (occurrence,) = cli_json(recorded, "failures", "show", row["id"], "--json")["occurrences"]
+    assert occurrence["session"] == f"claude-code:{CLAUDE_SESSION}"
+    assert occurrence["call_id"] == TOOL_USE_ID
+    assert (occurrence["command"], occurrence["branch"]) == ("git push", "feat-claude")
+    assert occurrence["error"] == "fatal: The current branch feat-claude has no upstream branch."
+
+
+def test_show_reads_where_it_happened_and_an_unknown_failure_is_refused(
+    recorded: Workspace,
+) -> None:
+    table = recorded.cli("failures")
+    assert table.returncode == 0, table.stderr
+    assert f"{PUSH_ID}         3     4  real" in table.stdout
+
+    text = recorded.cli("failures", "show", PUSH_ID)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"{PUSH_ID}  {PUSH_SIGNATURE}"
+    assert "real, 4 times in 3 sessions" in lines[1]
+    early = lines.index("2026-01-01T10:00:00  jsonl:early (message 2, call call_early_1)")
+    assert lines[early + 1 : early + 4] == [
+        "  in github.com/acme/shop@feat-shop; real, not resolved",
+        "  $ git push",
+        "  ! fatal: The current branch feat-1 has no upstream branch.",
+    ]
+    assert text.stdout.index("jsonl:middle") < text.stdout.index("jsonl:late")
+
+    for unknown in ("0123456789ab", "bash | git pull | nothing"):
+        refused = recorded.cli("failures", "show", unknown)
+        assert refused.returncode == 1
+        assert refused.stdout == ""
+        assert refused.stderr == (
+            f"skilld: no failure with id or signature {unknown!r} (see `skilld failures`)\n"
+        )
+    assert recorded.cli("failures", "show").returncode == 2  # no id: a usage error
+
+
+def test_a_state_db_of_schema_4_gains_the_ids_of_its_failures(workspace: Workspace) -> None:
+    """The migration gives the rows recorded before it their failure's id: `show` finds them,
+    with no command, line or call id (they were not kept)."""
+    workspace.state.mkdir(mode=0o700)
+    from skilld.state.db import _MIGRATIONS, _statements
+
+    with sqlite3.connect(workspace.state / "state.db") as conn:
+        for script in _MIGRATIONS[:4]:
+            for statement in _statements(script):
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 4")
+        conn.execute(
+            "INSERT INTO effect_sessions VALUES ('jsonl:old', 'jsonl', NULL, NULL,"
+            " '2025-12-01T00:00:00+00:00')"
+        )
+        conn.execute(
+            "INSERT INTO effect_failures(session, seq, ts, tool, command, signature, error,"
+            " class, source, session_ts) VALUES ('jsonl:old', 3, '2025-12-01T00:00:05+00:00',"
+            " 'bash', 'git push', ?, 'e', 'real', 'jsonl', '2025-12-01T00:00:00+00:00')",
+            (PUSH_SIGNATURE,),
+        )
+    (row,) = cli_json(workspace, "failures", "--json")
+    assert row["id"] == PUSH_ID
+    (occurrence,) = cli_json(workspace, "failures", "show", PUSH_ID, "--json")["occurrences"]
+    assert (occurrence["session"], occurrence["message"]) == ("jsonl:old", 3)
+    assert (occurrence["call_id"], occurrence["command"], occurrence["error"]) == (None, None, None)
