@@ -1,9 +1,9 @@
 """Where each failure happened (DESIGN.md §13 "Occurrences"): `skilld failures` rows carry a
 stable id, `skilld failures show ID|SIGNATURE` lists the occurrences oldest first with the
-agent's own call ids.
+agent's own call ids, and `/api/failures/{id}` and the panel's failure pages show the same.
 
 Real transcripts (JSONL and Claude Code) in real git checkouts, `skilld once` and `skilld
-failures` in subprocesses."""
+failures` in subprocesses, the panel through HTTP."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import Workspace
 from tests.test_failures_tick import NO_UPSTREAM, PUSH_SIGNATURE, call, checkout
+from tests.test_web import client_for
 
 PUSH_ID = hashlib.sha256(PUSH_SIGNATURE.encode()).hexdigest()[:12]
 CLAUDE_SESSION = "5f1c2b7e-0d3a-4c8e-9b61-2a7d4e8f0c13"
@@ -206,6 +207,63 @@ def test_show_reads_where_it_happened_and_an_unknown_failure_is_refused(
             f"skilld: no failure with id or signature {unknown!r} (see `skilld failures`)\n"
         )
     assert recorded.cli("failures", "show").returncode == 2  # no id: a usage error
+
+
+def test_api_failure_equals_the_cli_json_and_an_unknown_one_is_a_json_404(
+    recorded: Workspace,
+) -> None:
+    shown = cli_json(recorded, "failures", "show", PUSH_ID, "--json")
+    with client_for(recorded) as panel:
+        answer = panel.get(f"/api/failures/{PUSH_ID}")
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("application/json")
+        assert answer.json() == shown
+        missing = panel.get("/api/failures/0123456789ab")
+        assert missing.status_code == 404
+        assert missing.json() == {
+            "error": "no failure with id or signature '0123456789ab' (see `skilld failures`)"
+        }
+        assert panel.get("/api/failures").json() == cli_json(recorded, "failures", "--json")
+
+
+def test_the_failures_page_links_each_failure_to_its_page_of_occurrences(
+    recorded: Workspace,
+) -> None:
+    with client_for(recorded) as panel:
+        listing = panel.get("/failures")
+        assert listing.status_code == 200
+        assert f'<a href="/failures/{PUSH_ID}">{PUSH_ID}</a>' in listing.text
+        page = panel.get(f"/failures/{PUSH_ID}")
+        assert page.status_code == 200
+        html = page.text
+        assert html.count('<tr><td class="nowrap"><time') == 4
+        assert "jsonl:early" in html and "call call_early_2" in html
+        assert "<code>git push</code>" in html
+        assert "fatal: The current branch feat-3 has no upstream branch." in html
+        assert "github.com/acme/shop@feat-shop" in html and "gitlab.com/acme/other" in html
+        assert html.index("call_early_1") < html.index("call_middle_1") < html.index("call_late_1")
+        missing = panel.get("/failures/0123456789ab")
+        assert missing.status_code == 404
+        assert "no failure with id or signature" in missing.text
+
+
+def test_the_failure_page_escapes_what_a_transcript_wrote(workspace: Workspace) -> None:
+    hostile = "<script>alert(1)</script>"
+    workspace.settings["evolve"] = {"min_messages": 1000}
+    messages = pushes(str(workspace.root), 1, ("call_<b>x</b>", "feat-1", 10))
+    messages[1]["tool_calls"][0]["function"]["arguments"] = json.dumps(
+        {"command": f"echo '{hostile}' && false"}
+    )
+    messages[2]["content"] = f"error: {hostile}"
+    workspace.add_session("hostile", messages)
+    assert workspace.cli("once").returncode == 0
+    (row,) = cli_json(workspace, "failures", "--json")
+    with client_for(workspace) as panel:
+        for path in ("/failures", f"/failures/{row['id']}"):
+            html = panel.get(path).text
+            assert "<script>alert" not in html and "<b>x</b>" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "call_&lt;b&gt;x&lt;/b&gt;" in html
 
 
 def test_a_state_db_of_schema_4_gains_the_ids_of_its_failures(workspace: Workspace) -> None:
