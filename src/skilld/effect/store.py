@@ -14,6 +14,7 @@ import functools
 import json
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -372,6 +373,14 @@ class _Group:
         }
 
 
+#: An occurrence as `skilld failures show --json` gives it: the columns `failure_occurrences`
+#: selects, in this order.
+OCCURRENCE_KEYS = (
+    "session", "source", "at", "message", "call_id", "command", "error", "class", "resolved",
+    "repository", "branch",
+)  # fmt: skip
+
+
 def failure_occurrences(
     conn: sqlite3.Connection,
     key: str,
@@ -379,39 +388,35 @@ def failure_occurrences(
 ) -> dict[str, Any] | None:
     """`skilld failures show ID|SIGNATURE --json`: the failure's row (as `failure_rows` gives
     it) and its occurrences, oldest first; None when no failure has that id or signature.
-    `covered` as for `failure_rows`."""
+    `covered` as for `failure_rows`.
+
+    One range of `effect_failures_id`, in its order (no sort), reading the session's
+    repository and start from the row itself (`record_reads` keeps them in step): a failure
+    seen ten thousand times is listed in tens of milliseconds."""
     wanted = key if _FAILURE_ID.fullmatch(key) else _failure_id(key)
+    found = conn.execute(
+        "SELECT signature, tool, command, error FROM effect_failures"
+        " INDEXED BY effect_failures_id WHERE failure_id = ? LIMIT 1",
+        (wanted,),
+    ).fetchone()
+    if found is None:
+        return None
+    signature, tool, command, error = found
     rows = conn.execute(
-        "SELECT f.signature, f.tool, f.command, f.error, f.class, f.session,"
-        " COALESCE(f.ts, s.first_ts) AS at, s.repository, f.source, f.seq, f.call_id, f.run,"
-        " f.line, f.resolved, f.branch"
-        " FROM effect_failures AS f INDEXED BY effect_failures_id"
-        " LEFT JOIN effect_sessions AS s ON s.session = f.session"
-        " WHERE f.failure_id = ? ORDER BY at, f.session, f.seq",
+        "SELECT session, source, COALESCE(ts, session_ts), seq, call_id, run, line, class,"
+        " resolved, repository, branch FROM effect_failures INDEXED BY effect_failures_id"
+        " WHERE failure_id = ? ORDER BY COALESCE(ts, session_ts), session, seq",
         (wanted,),
     ).fetchall()
-    if not rows:
-        return None
-    signature = rows[0][0]
-    group = _Group(rows[0][1], rows[0][2], rows[0][3])
-    occurrences = []
-    for row in rows:
-        group.add(row[4], row[5], row[6], row[7])
-        occurrences.append(
-            {
-                "session": row[5],
-                "source": row[8],
-                "at": row[6],
-                "message": row[9],
-                "call_id": row[10],
-                "command": row[11],
-                "error": row[12],
-                "class": row[4],
-                "resolved": bool(row[13]),
-                "repository": row[7],
-                "branch": row[14],
-            }
-        )
+    occurrences = [dict(zip(OCCURRENCE_KEYS, row, strict=True)) for row in rows]
+    for occurrence in occurrences:
+        occurrence["resolved"] = bool(occurrence["resolved"])
+    group = _Group(tool, command, error)
+    group.classes = dict(Counter(o["class"] for o in occurrences))
+    group.sessions = {o["session"] for o in occurrences}
+    group.repositories = {o["repository"] for o in occurrences if o["repository"]}
+    times = [o["at"] for o in occurrences if o["at"] is not None]
+    group.first, group.last = (times[0], times[-1]) if times else (None, None)
     skills = [
         {"library": library, "name": name} for library, name in (covered or {}).get(signature, ())
     ]

@@ -217,7 +217,9 @@ _V5 = """
     ALTER TABLE effect_failures ADD COLUMN line TEXT;
     ALTER TABLE effect_failures ADD COLUMN branch TEXT;
     UPDATE effect_failures SET failure_id = skilld_failure_id(signature);
-    CREATE INDEX IF NOT EXISTS effect_failures_id ON effect_failures(failure_id);
+    -- A failure's occurrences, oldest first (skilld.effect.store.failure_occurrences).
+    CREATE INDEX IF NOT EXISTS effect_failures_id
+        ON effect_failures(failure_id, COALESCE(ts, session_ts), session, seq);
 """
 
 _MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
