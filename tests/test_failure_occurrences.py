@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Workspace
+from tests.test_backfill import HOUR, age
 from tests.test_failures_tick import NO_UPSTREAM, PUSH_SIGNATURE, call, checkout
 from tests.test_web import client_for
 
@@ -292,3 +293,50 @@ def test_a_state_db_of_schema_4_gains_the_ids_of_its_failures(workspace: Workspa
     (occurrence,) = cli_json(workspace, "failures", "show", PUSH_ID, "--json")["occurrences"]
     assert (occurrence["session"], occurrence["message"]) == ("jsonl:old", 3)
     assert (occurrence["call_id"], occurrence["command"], occurrence["error"]) == (None, None, None)
+
+
+def test_a_secret_in_a_failing_command_is_nowhere_in_state_db(workspace: Workspace) -> None:
+    """What the occurrence keeps of a session's history (read once for its failures, never held
+    for reflection: a held message is another matter, docs/security.md)."""
+    secret = "ghp_" + "Zq8Lw3Nv5Rt7Yp1Xk9Mb2Hc4Jd6Fg0Sa8Ue"
+    workspace.settings["evolve"] = {"min_messages": 1000, "backfill": "24h"}
+    messages = pushes(str(workspace.root), 1, ("call_secret", "feat-1", 10))
+    # Long enough to be cut (by the reader, and again to 500 characters after redaction).
+    command = f"git push https://x:{secret}@github.com/acme/shop.git " + "-o ci.skip " * 60
+    messages[1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"command": command})
+    messages[2]["content"] = f"remote: Invalid token {secret}\n" + messages[2]["content"]
+    age(workspace.add_session("leaky", messages), 48 * HOUR)
+    assert workspace.cli("once").returncode == 0
+    (row,) = cli_json(workspace, "failures", "--json")
+    (occurrence,) = cli_json(workspace, "failures", "show", row["id"], "--json")["occurrences"]
+    assert occurrence["command"].startswith("git push https://x:[REDACTED:")
+    assert len(occurrence["command"]) <= 500
+    assert occurrence["error"].startswith("remote: Invalid token [REDACTED:")
+    with sqlite3.connect(workspace.state / "state.db") as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for file in workspace.state.iterdir():
+        if file.is_file():
+            assert secret.encode() not in file.read_bytes(), file.name
+
+
+def test_show_prints_an_escape_sequence_a_transcript_wrote_as_text(workspace: Workspace) -> None:
+    workspace.settings["evolve"] = {"min_messages": 1000}
+    messages = pushes(str(workspace.root), 1, ("call_\x1b]52;c;aGk=\x07", "feat-1", 10))
+    messages[1]["tool_calls"][0]["function"]["arguments"] = json.dumps(
+        {"command": "git push \x1b[2J"}
+    )
+    messages[2]["content"] = "error: \x1b]0;owned\x07 cannot push"
+    workspace.add_session("escapes", messages)
+    assert workspace.cli("once").returncode == 0
+    (row,) = cli_json(workspace, "failures", "--json")
+    shown = workspace.cli("failures", "show", row["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert "  $ git push \\x1b[2J" in shown.stdout
+    assert "  ! error: \\x1b]0;owned\\x07 cannot push" in shown.stdout
+    assert "call call_\\x1b]52;c;aGk=\\x07)" in shown.stdout
+    listed = workspace.cli("failures")
+    assert "\x1b" not in listed.stdout and "\\x1b]<n>;owned" in listed.stdout
+    # --json keeps the text exact.
+    (occurrence,) = cli_json(workspace, "failures", "show", row["id"], "--json")["occurrences"]
+    assert occurrence["command"] == "git push \x1b[2J"
