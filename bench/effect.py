@@ -24,8 +24,9 @@ every side: `skills list --json`, `effect --json` as the daemon leaves it, and `
 measuring afresh (the kept rows dropped first: a skill written since the last tick).
 Target: effect as the daemon leaves it within 2x of skills list (exits 1 when it is not).
 
-One more signature failed `--hot` times, spread over the sessions: `failures show ID --json`
-of it lists every occurrence (target: under 200 ms; exits 1 when it is not), timed beside
+One more signature failed `--hot` times, spread over the sessions (one in five resolved: the
+skills learned in those sessions are read for the ones learned from it): `failures show ID
+--json` of it lists every occurrence (target: under 200 ms; exits 1 when it is not), timed beside
 `failures --json` (every signature's row).
 """
 
@@ -117,8 +118,8 @@ def build(root: Path, skills: int, failures: int, hot: int, seed: int = 7) -> Pa
         key, _, _, repository, stamp = session_rows[n % sessions]
         failure_rows.append(
             (key, 1000 + n // sessions, stamp, "Bash", "git push", HOT_SIGNATURE,
-             "fatal: The current branch <branch> has no upstream branch.", "real", 128, 0,
-             SOURCE, repository, stamp)
+             "fatal: The current branch <branch> has no upstream branch.", "real", 128,
+             int(n % 5 == 0), SOURCE, repository, stamp)
         )  # fmt: skip
     records: dict[str, dict[str, object]] = {}
     events: list[tuple[str, ...]] = []

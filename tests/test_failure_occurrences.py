@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import Workspace
 from tests.test_backfill import HOUR, age
-from tests.test_failures_tick import NO_UPSTREAM, PUSH_SIGNATURE, call, checkout
+from tests.test_failures_tick import NO_UPSTREAM, PUSH_SIGNATURE, call, checkout, push_session
 from tests.test_web import client_for
 
 PUSH_ID = hashlib.sha256(PUSH_SIGNATURE.encode()).hexdigest()[:12]
@@ -340,3 +340,32 @@ def test_show_prints_an_escape_sequence_a_transcript_wrote_as_text(workspace: Wo
     # --json keeps the text exact.
     (occurrence,) = cli_json(workspace, "failures", "show", row["id"], "--json")["occurrences"]
     assert occurrence["command"] == "git push \x1b[2J"
+
+
+def test_the_skill_learned_from_a_failure_is_named_with_its_verdict(workspace: Workspace) -> None:
+    """`failures show` reads only the skills learned in the failure's sessions, and names the
+    same ones as `failures --json`; the failure's page links each with its verdict."""
+    workspace.settings["evolve"] = {"min_messages": 1000}
+    workspace.add_session("one", push_session(branch="feat-1", day=1))
+    workspace.add_session("two", push_session(branch="feat-2", day=2))
+    assert workspace.cli("once").returncode == 0
+    with sqlite3.connect(workspace.state / "state.db") as conn:
+        for name, session in (("push-upstream", "jsonl:one"), ("unrelated", "jsonl:none")):
+            conn.execute(
+                "INSERT INTO provenance(library, name, path, sha256, session, first_message,"
+                " last_message, created_at, updated_at) VALUES ('default', ?, 'p', 'h', ?, 0, 5,"
+                " '2026-01-01T11:00:00+00:00', '2026-01-01T11:00:00+00:00')",
+                (name, session),
+            )
+    (row,) = cli_json(workspace, "failures", "--json")
+    assert row["skills"] == [{"library": "default", "name": "push-upstream"}]
+    shown = cli_json(workspace, "failures", "show", row["id"], "--json")
+    assert shown["skills"] == row["skills"]
+    assert "(learned: default/push-upstream)" in workspace.cli("failures", "show", row["id"]).stdout
+    (effect,) = [r for r in cli_json(workspace, "effect", "--json") if r["name"] == "push-upstream"]
+    with client_for(workspace) as panel:
+        html = panel.get(f"/failures/{row['id']}").text
+        link = '<a href="/skills/default/push-upstream">push-upstream</a>'
+        assert f"{link} (default): {effect['verdict']}" in html
+        listing = panel.get("/failures").text
+        assert f"push-upstream</a> (default, {effect['verdict']})" in listing

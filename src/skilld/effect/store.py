@@ -381,14 +381,10 @@ OCCURRENCE_KEYS = (
 )  # fmt: skip
 
 
-def failure_occurrences(
-    conn: sqlite3.Connection,
-    key: str,
-    covered: Mapping[str, Sequence[tuple[str, str]]] | None = None,
-) -> dict[str, Any] | None:
+def failure_occurrences(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
     """`skilld failures show ID|SIGNATURE --json`: the failure's row (as `failure_rows` gives
-    it) and its occurrences, oldest first; None when no failure has that id or signature.
-    `covered` as for `failure_rows`.
+    it, its `skills` left to the caller: `skilld.effect.report.skills_covering`) and its
+    occurrences, oldest first; None when no failure has that id or signature.
 
     One range of `effect_failures_id`, in its order (no sort), reading the session's
     repository and start from the row itself (`record_reads` keeps them in step): a failure
@@ -417,10 +413,7 @@ def failure_occurrences(
     group.repositories = {o["repository"] for o in occurrences if o["repository"]}
     times = [o["at"] for o in occurrences if o["at"] is not None]
     group.first, group.last = (times[0], times[-1]) if times else (None, None)
-    skills = [
-        {"library": library, "name": name} for library, name in (covered or {}).get(signature, ())
-    ]
-    return {**group.entry(signature, skills), "occurrences": occurrences}
+    return {**group.entry(signature, []), "occurrences": occurrences}
 
 
 def _dominant(classes: dict[str, int]) -> str:

@@ -138,11 +138,19 @@ def failure_detail(app: App, key: str) -> dict[str, Any]:
     """`skilld failures show ID|SIGNATURE --json` and `/api/failures/{id}`: the failure's row
     of `failure_report` and its occurrences, oldest first. Raises NotFound for an id or
     signature no failure has."""
-    from skilld.effect.report import covering_skills
+    from skilld.effect.extract import COUNTED_CLASSES
+    from skilld.effect.report import skills_covering
     from skilld.effect.store import failure_occurrences
 
     conn = app.state.conn
-    detail = failure_occurrences(conn, key, covering_skills(conn, None))
+    detail = failure_occurrences(conn, key)
     if detail is None:
         raise NotFound(f"no failure with id or signature {key!r} (see `skilld failures`)")
+    sessions = {
+        occurrence["session"]
+        for occurrence in detail["occurrences"]
+        if occurrence["resolved"] and occurrence["class"] in COUNTED_CLASSES
+    }
+    covering = skills_covering(conn, detail["signature"], sessions)
+    detail["skills"] = [{"library": library, "name": name} for library, name in covering]
     return detail
