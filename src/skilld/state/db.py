@@ -9,6 +9,7 @@ of its own beside this one; `skilld.state.StateDB` is made of them.
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -225,6 +226,9 @@ _V5 = """
 _MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 
 
+_ADD_COLUMN = re.compile(r"\s*ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
+
+
 def _statements(script: str) -> Iterator[str]:
     """A migration script's statements one by one: `executescript` would commit the
     transaction they must run in."""
@@ -303,7 +307,8 @@ class Database:
             version = self._schema_version()
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _statements(_MIGRATIONS[target - 1]):
-                    self.conn.execute(statement)
+                    if not self._has_column_added_by(statement):
+                        self.conn.execute(statement)
                 self.conn.execute(f"PRAGMA user_version = {target}")
         if version > SCHEMA_VERSION:
             self.conn.close()
@@ -311,6 +316,17 @@ class Database:
                 f"{self.path} has schema version {version}, newer than this skilld "
                 f"understands ({SCHEMA_VERSION}); upgrade skilld"
             )
+
+    def _has_column_added_by(self, statement: str) -> bool:
+        """Whether `statement` adds a column its table has already: a file whose version was
+        set back (by hand, or by a test) runs the migrations again, and SQLite has no `ADD
+        COLUMN IF NOT EXISTS`."""
+        added = _ADD_COLUMN.match(statement)
+        if added is None:
+            return False
+        table, column = added.groups()
+        columns = self.conn.execute(f"PRAGMA table_info({table})").fetchall()
+        return any(row[1] == column for row in columns)
 
     def _schema_version(self) -> int:
         version: int = self.conn.execute("PRAGMA user_version").fetchone()[0]
