@@ -1,6 +1,8 @@
-"""`skilld effect --json` against `skilld skills list --json` over the same library.
+"""`skilld effect --json` against `skilld skills list --json` over the same library, and
+`skilld failures show` of a failure that happened `--hot` times.
 
-Run: `python bench/effect.py [--skills 10000] [--failures 1000000] [--runs 3] [--keep DIR]`,
+Run: `python bench/effect.py [--skills 10000] [--failures 1000000] [--hot 10000] [--runs 3]
+[--keep DIR]`,
 or `python bench/effect.py --smoke` (100 skills, 10,000 failures, one run: seconds). With
 `--keep DIR` the library is built once (minutes) and timed again by each later run.
 
@@ -21,6 +23,11 @@ to a buffer), taking turns, each the best of `--runs`, so the machine's other lo
 every side: `skills list --json`, `effect --json` as the daemon leaves it, and `effect --json`
 measuring afresh (the kept rows dropped first: a skill written since the last tick).
 Target: effect as the daemon leaves it within 2x of skills list (exits 1 when it is not).
+
+One more signature failed `--hot` times, spread over the sessions (one in five resolved: the
+skills learned in those sessions are read for the ones learned from it): `failures show ID
+--json` of it lists every occurrence (target: under 200 ms; exits 1 when it is not), timed beside
+`failures --json` (every signature's row).
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import Any
 from skilld import cli as skilld_cli
 from skilld.config import EffectConfig
 from skilld.digest import sha256_hex
-from skilld.effect import store, watch
+from skilld.effect import failure_id, store, watch
 from skilld.effect.extract import ToolRun, tally
 from skilld.effect.report import MEASUREMENT_KEY, SkillEffect
 from skilld.log import configure_logging
@@ -61,9 +68,12 @@ RUNS_PER_SESSION = 16
 FAILURES_PER_SESSION = 8
 CLASSES = ("real",) * 6 + ("hook", "test", "benign", "cascade")
 BODY = "1. Run `git push -u origin HEAD` on a new branch.\n2. Then push as usual.\n"
+HOT_SIGNATURE = "Bash | git push | fatal: The current branch <branch> has no upstream branch."
+#: `failures show` of the hot signature answers within this.
+SHOW_TARGET_MS = 200
 
 
-def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
+def build(root: Path, skills: int, failures: int, hot: int, seed: int = 7) -> Path:
     """The library, its usage sidecar, state.db and a config naming them; returns the config."""
     rng = random.Random(seed)
     skills_dir, state_dir = root / "skills", root / "state"
@@ -104,6 +114,13 @@ def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
             )  # fmt: skip
         for _ in range(2):
             load_rows.append((key, LIBRARY, f"skill-{rng.randrange(skills):05d}"))
+    for n in range(hot):  # the hot signature, once in each session, round after round
+        key, _, _, repository, stamp = session_rows[n % sessions]
+        failure_rows.append(
+            (key, 1000 + n // sessions, stamp, "Bash", "git push", HOT_SIGNATURE,
+             "fatal: The current branch <branch> has no upstream branch.", "real", 128,
+             int(n % 5 == 0), SOURCE, repository, stamp)
+        )  # fmt: skip
     records: dict[str, dict[str, object]] = {}
     events: list[tuple[str, ...]] = []
     provenance: list[tuple[object, ...]] = []
@@ -152,10 +169,15 @@ def build(root: Path, skills: int, failures: int, seed: int = 7) -> Path:
         )
         conn.executemany(
             "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, signature,"
-            " error, class, exit_code, resolved, source, repository, session_ts)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            failure_rows,
-        )
+            " error, class, exit_code, resolved, source, repository, session_ts, failure_id,"
+            " call_id, run, line, branch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " ?, ?, ?, 'main')",
+            [
+                (*row, failure_id(str(row[5])), f"toolu_{index:024d}", f"{row[4]} --verbose",
+                 f"{row[6]} (as read)")
+                for index, row in enumerate(failure_rows)
+            ],
+        )  # fmt: skip
         conn.executemany("INSERT OR IGNORE INTO effect_loads VALUES (?, ?, ?)", load_rows)
         conn.executemany(
             "INSERT INTO provenance(library, name, path, sha256, session, first_message,"
@@ -268,6 +290,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--skills", type=int, default=10_000)
     parser.add_argument("--failures", type=int, default=1_000_000)
+    parser.add_argument(
+        "--hot", type=int, default=10_000, help="occurrences of the failure `show` lists"
+    )
     parser.add_argument("--runs", type=int, default=3, help="timed runs per figure (the best)")
     parser.add_argument("--smoke", action="store_true", help="100 skills, 10,000 failures")
     parser.add_argument("--dir", type=Path, help="where to build (default: a temp dir)")
@@ -286,9 +311,12 @@ def main() -> int:
         config = base / "config.toml"
         if not config.exists():
             start = time.perf_counter()
-            config = build(base, skills, failures)
+            config = build(base, skills, failures, args.hot)
             spent = time.perf_counter() - start
-            print(f"built {skills:,} skills, {failures:,} failures in {spent:.1f}s")
+            print(
+                f"built {skills:,} skills, {failures:,} failures (and {args.hot:,} of one)"
+                f" in {spent:.1f}s"
+            )
         tick = measure_as_a_tick(base / "state")
         later, reached = measure_a_later_tick(base / "state")
         listing, effect, afresh = best_ms(
@@ -296,6 +324,14 @@ def main() -> int:
                 command(config, "skills", "list", "--json"),
                 command(config, "effect", "--json"),
                 unkept(base / "state", command(config, "effect", "--json")),
+            ],
+            runs,
+        )
+        hot = failure_id(HOT_SIGNATURE)
+        listed, shown = best_ms(
+            [
+                command(config, "failures", "--json"),
+                command(config, "failures", "show", hot, "--json"),
             ],
             runs,
         )
@@ -309,13 +345,21 @@ def main() -> int:
             f" {afresh:>10.1f} {afresh / listing:>5.2f}x {tick:>8.1f}"
             f" {later:>8.1f} ({reached:,} skills)"
         )
+        print(
+            f"failures --json {listed:.1f} ms; failures show {hot} --json"
+            f" ({args.hot:,} occurrences) {shown:.1f} ms (target: under {SHOW_TARGET_MS} ms)"
+        )
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
+    missed = []
     if ratio >= 2:
-        print(f"effect --json took {ratio:.2f}x skills list --json (target: under 2x)")
-        return 1 if not args.smoke else 0
-    return 0
+        missed.append(f"effect --json took {ratio:.2f}x skills list --json (target: under 2x)")
+    if shown >= SHOW_TARGET_MS:
+        missed.append(f"failures show took {shown:.1f} ms (target: under {SHOW_TARGET_MS} ms)")
+    for line in missed:
+        print(line)
+    return 1 if missed and not args.smoke else 0
 
 
 if __name__ == "__main__":

@@ -452,7 +452,8 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
 
 
-#: Two finished turns: (request, shell command, its output, the agent's answer).
+#: Two finished turns: (request, shell command, its output, the agent's answer); an output that
+#: opens with `Exit code N` is a failed command's.
 Turns = list[tuple[str, str, str, str]]
 
 
@@ -481,13 +482,10 @@ def claude_session(home: Path, session_id: str, cwd: Path, turns: Turns) -> None
                 ],
             },
         )
-        add(
-            "user",
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": call, "content": output}],
-            },
-        )
+        result = {"type": "tool_result", "tool_use_id": call, "content": output}
+        if output.startswith("Exit code"):  # a failed command, as Claude Code writes it
+            result["is_error"] = True
+        add("user", {"role": "user", "content": [result]})
         add(
             "assistant",
             {
@@ -623,7 +621,7 @@ def machine(tmp_path: Path, fake_llm: FakeLLM) -> Machine:
             (
                 "test_monthly_report fails in CI one run in five.",
                 "TZ=America/Los_Angeles pytest",
-                "1 failed: assert '2025-05' == '2025-06'",
+                "Exit code 1\n1 failed: assert '2025-05' == '2025-06'",
                 "It fails outside UTC: the timezone differs.",
             ),
             (

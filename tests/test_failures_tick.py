@@ -6,6 +6,7 @@ LLM, and `skilld` in a subprocess."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import subprocess
@@ -230,6 +231,7 @@ def test_skilld_failures_after_skilld_once(workspace: Workspace) -> None:
     assert listed.returncode == 0, listed.stderr
     (row,) = json.loads(listed.stdout)
     assert row == {
+        "id": hashlib.sha256(PUSH_SIGNATURE.encode()).hexdigest()[:12],
         "signature": PUSH_SIGNATURE,
         "tool": "bash",
         "command": "git push",

@@ -109,6 +109,7 @@ def panel(workspace: Workspace) -> Iterator[TestClient]:
         ("/skills/default/deploy", "deploy"),
         ("/review", "Review"),
         ("/events", "Events"),
+        ("/failures", "Failures"),
         ("/curator", "Curator"),
     ],
 )

@@ -22,7 +22,8 @@ from skilld.skills.document import SkillDoc
 from skilld.skills.outcomes import Origin
 from skilld.state import StateDB
 from tests.conftest import Workspace, conversation
-from tests.fakellm import FakeLLM, skill_reply
+from tests.fakellm import FakeLLM, skill_reply, skip_reply
+from tests.test_failure_occurrences import pushes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -284,6 +285,8 @@ PAGES = (
     "review",
     "events",
     "curator",
+    "failures",
+    "failures/{failure}",
     "write",
     "login",
 )
@@ -348,6 +351,10 @@ def test_the_week_and_every_page_at_both_widths_for_everyone(
         assert result.returncode == 0, result.stderr
     version = skill_history(workspace, "deploy")[0]
     stage(workspace, "deploy", "Deploy.", "1. Build.\n2. Canary.\n", "seen twice")
+    workspace.add_session("s-push", pushes(str(tmp_path / "api"), 1, ("call_push", "feat/a", 10)))
+    fake_llm.push(skip_reply())
+    assert workspace.cli("once").returncode == 0
+    (failure,) = json.loads(workspace.cli("failures", "--json").stdout)
     page, axe = browser_page, Axe()
     with serving(workspace) as panel:
         log_in(page, panel)
@@ -362,7 +369,7 @@ def test_the_week_and_every_page_at_both_widths_for_everyone(
             page.set_viewport_size({"width": width, "height": 900})
             for path in PAGES:
                 where = f"{path or '/'} at {width} px"
-                page.goto(panel.url + path.format(version=version))
+                page.goto(panel.url + path.format(version=version, failure=failure["id"]))
                 expect(page.get_by_role("heading", level=1)).to_be_visible()
                 wide = page.evaluate(
                     "document.documentElement.scrollWidth - document.documentElement.clientWidth"

@@ -5,7 +5,7 @@
     ├── LibraryError            the library refused a change
     │   ├── Protected           the skill is not skilld's to change, or it is pinned
     │   ├── CapReached          another managed skill would pass the library's cap
-    │   └── NotFound            no such skill (or saved version)
+    │   └── NotFound            no such skill (or saved version, or failure)
     ├── StateError              state.db cannot be used
     ├── UsageError              exit 2: bad usage (an unknown or ambiguous library, a bad flag)
     └── ConfigError             exit 2: a configuration problem, naming its key (also ValueError)
@@ -37,7 +37,7 @@ class CapReached(LibraryError):
 
 
 class NotFound(LibraryError):
-    """No skill (or saved version) by that name."""
+    """No skill (or saved version) by that name, or no failure by that id or signature."""
 
 
 class StateError(SkilldError):

@@ -1,12 +1,13 @@
-"""`skilld failures`: the failing tool calls the transcripts show, one row per signature
-(DESIGN.md §13; docs/learning.md explains signatures and classes)."""
+"""`skilld failures`: the failing tool calls the transcripts show, one row per signature, and
+`skilld failures show`: where one of them happened (DESIGN.md §13; docs/learning.md explains
+signatures and classes)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from skilld.commands.common import CommandTable, Parser, print_json_line
+from skilld.commands.common import CommandTable, Parser, print_json_line, terminal_text
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -24,13 +25,53 @@ def cmd_failures(app: App, args: argparse.Namespace) -> int:
     if not rows:
         print("no failures recorded" + (" that match" if _filtered(args) else ""))
         return 0
-    print(f"{'SESSIONS':>8} {'TIMES':>5}  {'CLASS':<8}  {'LAST SEEN':<20}  SIGNATURE")
+    print(f"{'ID':<12}  {'SESSIONS':>8} {'TIMES':>5}  {'CLASS':<8}  {'LAST SEEN':<20}  SIGNATURE")
     for row in rows:
-        print(
-            f"{row['sessions']:>8} {row['occurrences']:>5}  {row['class']:<8}"
+        line = (
+            f"{row['id']}  {row['sessions']:>8} {row['occurrences']:>5}  {row['class']:<8}"
             f"  {(row['last_seen'] or '-')[:19]:<20}  {row['signature']}{_skills(row)}"
         )
+        print(terminal_text(line))
     return 0
+
+
+def cmd_failures_show(app: App, args: argparse.Namespace) -> int:
+    from skilld.reports.effect import failure_detail
+
+    detail = failure_detail(app, args.failure)
+    if args.json:
+        print_json_line(detail)
+        return 0
+    for line in _detail_lines(detail):
+        print(terminal_text(line))
+    return 0
+
+
+def _detail_lines(detail: dict[str, Any]) -> list[str]:
+    """A failure and where it happened, for a person: each occurrence's time, session and
+    place, then the command as run and the error line as read."""
+    sessions, times = detail["sessions"], len(detail["occurrences"])
+    lines = [
+        f"{detail['id']}  {detail['signature']}",
+        f"{detail['class']}, {times} time{'' if times == 1 else 's'} in {sessions}"
+        f" session{'' if sessions == 1 else 's'}, {detail['first_seen'] or '?'}"
+        f" .. {detail['last_seen'] or '?'}{_skills(detail)}",
+    ]
+    for occurrence in detail["occurrences"]:
+        place = occurrence["repository"] or "no repository"
+        if occurrence["branch"]:
+            place += f"@{occurrence['branch']}"
+        call = f", call {occurrence['call_id']}" if occurrence["call_id"] else ""
+        state = "resolved later" if occurrence["resolved"] else "not resolved"
+        lines += [
+            "",
+            f"{(occurrence['at'] or '-')[:19]}  {occurrence['session']}"
+            f" (message {occurrence['message']}{call})",
+            f"  in {place}; {occurrence['class']}, {state}",
+            f"  $ {occurrence['command'] or '(command not recorded)'}",
+            f"  ! {occurrence['error'] or '(error line not recorded)'}",
+        ]
+    return lines
 
 
 def _skills(row: dict[str, Any]) -> str:
@@ -50,8 +91,16 @@ def _failures_parser(parser: Parser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON list")
     parser.set_defaults(handler=cmd_failures)
+    commands = parser.add_subparsers(dest="failures_command", parser_class=Parser)
+    show = commands.add_parser("show", help="one failure and where it happened, oldest first")
+    show.add_argument("failure", metavar="ID|SIGNATURE", help="an id or signature it lists")
+    show.add_argument("--json", action="store_true", help="the row and its occurrences")
+    show.set_defaults(handler=cmd_failures_show)
 
 
 COMMANDS: CommandTable = {
-    "failures": ("failing tool calls the transcripts show, by signature", _failures_parser),
+    "failures": (
+        "failing tool calls the transcripts show, by signature; `show` one",
+        _failures_parser,
+    ),
 }

@@ -6,4 +6,21 @@ the effect tables of state.db; `record` is what the tick calls as it reads and r
 each learned skill's effect (`skilld effect`); `watch` is what the tick records of it.
 """
 
-__all__ = ["extract", "measure", "record", "report", "signature", "store", "verdict", "watch"]
+from skilld.digest import sha256_hex
+
+__all__ = [
+    "extract",
+    "failure_id",
+    "measure",
+    "record",
+    "report",
+    "signature",
+    "store",
+    "verdict",
+    "watch",
+]
+
+
+def failure_id(signature: str) -> str:
+    """A failure's stable id: the first 12 hex digits of the SHA-256 of its signature."""
+    return sha256_hex(signature.encode("utf-8"))[:12]

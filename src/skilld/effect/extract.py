@@ -155,6 +155,17 @@ class Failure(NamedTuple):
     cls: str  # one of CLASSES
     exit_code: int | None
     resolved: bool  # a later call in the session ran the same command head successfully
+    #: Where it happened, for a person to find it (`skilld failures show`): the agent's own id
+    #: of the call, the command as run (redacted, cut to `RUN_MAX_CHARS`), the error line as
+    #: read (redacted, not normalised) and the branch the session was on.
+    call_id: str | None = None
+    run: str = ""
+    line: str = ""
+    branch: str | None = None
+
+
+#: How much of a failing call's command an occurrence keeps.
+RUN_MAX_CHARS = 500
 
 
 class HeadRuns(NamedTuple):
@@ -374,7 +385,7 @@ def _failure(
     # Only a burst's first counts, unless this one says what went wrong itself.
     repeated = head in failed_this_turn and not reads_as_error(line)
     cls = classify(script, head, text, exit_code, repeated, message.refused_by)
-    return _failed(message, seq, ts, tool, head, line, cls, exit_code, cwd)
+    return _failed(message, seq, ts, tool, arguments, head, line, cls, exit_code, cwd)
 
 
 def _masked(
@@ -386,7 +397,7 @@ def _masked(
     if head is None:
         return None
     cls = "test" if _is_test(head, shell_script(tool, arguments)) else "masked"
-    return _failed(message, seq, ts, tool, head, first_error_line(text), cls, None, cwd)
+    return _failed(message, seq, ts, tool, arguments, head, first_error_line(text), cls, None, cwd)
 
 
 def _failed(
@@ -394,6 +405,7 @@ def _failed(
     seq: int,
     ts: str | None,
     tool: str,
+    arguments: str,
     head: str,
     line: str,
     cls: str,
@@ -401,13 +413,35 @@ def _failed(
     cwd: str | None,
 ) -> Failure:
     branch = message.git.branch if message.git is not None else None
-    error = normalise_error(_redacted(line), cwd, branch)
-    return Failure(seq, ts, tool, head, error, signature(tool, head, error), cls, exit_code, False)
+    redacted = _redacted(line)
+    error = normalise_error(redacted, cwd, branch)
+    script = shell_script(tool, arguments)
+    return Failure(
+        seq,
+        ts,
+        tool,
+        head,
+        error,
+        signature(tool, head, error),
+        cls,
+        exit_code,
+        False,
+        message.tool_call_id,
+        _run(script if script is not None else arguments),
+        redacted,
+        branch,
+    )
 
 
 def _output(message: Message) -> str:
     """A result's text with the end its reader cut off."""
     return f"{message.text}\n{message.tail}" if message.tail else message.text
+
+
+def _run(command: str) -> str:
+    """A failing call's command as an occurrence keeps it: redacted, then cut (a cut first
+    could leave the start of a secret the redaction no longer recognises)."""
+    return redact(command).text[:RUN_MAX_CHARS]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -36,7 +36,8 @@ def record_session_read(
 ) -> None:
     """Record the runs and failures of `read`, whose first message is the session's message
     `first_seq`, and the session's facts (its repository: as the transcript records it, else
-    as the working directory's checkout shows it; when it started: its first message's time,
+    as the working directory's checkout shows it, and so is the branch of each failure the
+    transcript does not give one; when it started: its first message's time,
     else `seen_at`, ISO UTC). With `batch`, the record is added to it for one
     `store.record_reads` of all a tick's reads."""
     if read.reset:
@@ -50,7 +51,11 @@ def record_session_read(
         _repository(read) or (observed.repository if observed is not None else None),
         first_ts or seen_at,
     )
-    record = store.ReadRecord(facts, extraction.runs, extraction.failures)
+    failures = extraction.failures
+    if observed is not None and observed.branch is not None:
+        # The transcript did not say which branch: the checkout does.
+        failures = [f if f.branch else f._replace(branch=observed.branch) for f in failures]
+    record = store.ReadRecord(facts, extraction.runs, failures)
     if batch is None:
         store.record_reads(conn, [record])
     else:

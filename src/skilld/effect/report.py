@@ -242,7 +242,28 @@ def covering_skills(
     it resolved, of a counted class)."""
     if libraries is None:
         libraries = [row[0] for row in conn.execute("SELECT DISTINCT library FROM provenance")]
-    skills = _skills(conn, libraries)
+    return _covered_by(conn, _skills(conn, libraries))
+
+
+def skills_covering(
+    conn: sqlite3.Connection, signature: str, sessions: Iterable[str]
+) -> list[tuple[str, str]]:
+    """What `covering_skills` says of `signature`, which failed, of a counted class and
+    resolved, in `sessions` (every one of them): only a skill learned in one of those can have
+    been learned from it, so only those are read (`skilld failures show` of one failure does
+    not read ten thousand skills)."""
+    candidates = skills_learned_in(conn, sessions)
+    if not candidates:
+        return []
+    libraries = sorted({library for library, _ in candidates})
+    skills = {key: at for key, at in _skills(conn, libraries).items() if key in candidates}
+    return _covered_by(conn, skills).get(signature, [])
+
+
+def _covered_by(
+    conn: sqlite3.Connection, skills: Mapping[tuple[str, str], str | None]
+) -> dict[str, list[tuple[str, str]]]:
+    """signature -> the (library, name) of each of `skills` learned from it."""
     versions = _versions(conn, skills)
     failures = _window_failures(conn, [v for vs in versions.values() for v in vs])
     covered: dict[str, list[tuple[str, str]]] = {}

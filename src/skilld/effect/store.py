@@ -10,11 +10,15 @@ messages start at index 0) is numbered below zero: it never collides with a wind
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
+import re
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from skilld.effect import failure_id
 from skilld.effect.extract import (
     CLASSES,
     COUNTED_CLASSES,
@@ -148,15 +152,18 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> set[s
         )
     failures = [
         (read.facts.session, f.seq, _nullable(f.ts), f.tool, f.command, f.error, f.signature,
-         f.cls, _nullable(f.exit_code), int(f.resolved), *_row_session(current[read.facts.session]))
+         f.cls, _nullable(f.exit_code), int(f.resolved), *_row_session(current[read.facts.session]),
+         _failure_id(f.signature), _nullable(f.call_id), f.run, f.line, _nullable(f.branch))
         for read in reads
         for f in read.failures
     ]  # fmt: skip
     if failures:
         conn.executemany(
             "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, error,"
-            " signature, class, exit_code, resolved, source, repository, session_ts)"
-            f" VALUES (?, ?, {_NULLABLE}, ?, ?, ?, ?, ?, {_NULLABLE}, ?, ?, {_NULLABLE}, ?)",
+            " signature, class, exit_code, resolved, source, repository, session_ts,"
+            " failure_id, call_id, run, line, branch)"
+            f" VALUES (?, ?, {_NULLABLE}, ?, ?, ?, ?, ?, {_NULLABLE}, ?, ?, {_NULLABLE}, ?,"
+            f" ?, {_NULLABLE}, {_NULLABLE}, {_NULLABLE}, {_NULLABLE})",
             failures,
         )
     return {session for *_, session in changed} | _resolve_earlier(conn, first_seq, last_ok)
@@ -239,14 +246,18 @@ def window_failures(
 ) -> list[Failure]:
     """The failures a session's messages `first_seq..last_seq` showed, in order."""
     rows = conn.execute(
-        "SELECT seq, ts, tool, command, error, signature, class, exit_code, resolved"
+        "SELECT seq, ts, tool, command, error, signature, class, exit_code, resolved, call_id,"
+        " COALESCE(run, ''), COALESCE(line, ''), branch"
         " FROM effect_failures WHERE session = ? AND seq BETWEEN ? AND ? ORDER BY seq",
         (session, first_seq, last_seq),
     ).fetchall()
     return [
-        Failure(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], bool(row[8]))
+        Failure(
+            row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], bool(row[8]),
+            row[9], row[10], row[11], row[12],
+        )
         for row in rows
-    ]
+    ]  # fmt: skip
 
 
 def recurrences(
@@ -272,6 +283,12 @@ def recurrences(
         params.append(repository)
     count: int = conn.execute(sql, params).fetchone()[0]
     return count
+
+
+#: A tick signs the same failures read after read.
+_failure_id = functools.lru_cache(maxsize=4096)(failure_id)
+#: What `skilld failures show` takes for an id rather than a signature.
+_FAILURE_ID = re.compile(r"[0-9a-f]{12}")
 
 
 def failure_rows(
@@ -341,6 +358,7 @@ class _Group:
 
     def entry(self, signature: str, skills: list[dict[str, str]]) -> dict[str, Any]:
         return {
+            "id": _failure_id(signature),
             "signature": signature,
             "tool": self.tool,
             "command": self.command,
@@ -353,6 +371,49 @@ class _Group:
             "repositories": sorted(self.repositories),
             "skills": skills,
         }
+
+
+#: An occurrence as `skilld failures show --json` gives it: the columns `failure_occurrences`
+#: selects, in this order.
+OCCURRENCE_KEYS = (
+    "session", "source", "at", "message", "call_id", "command", "error", "class", "resolved",
+    "repository", "branch",
+)  # fmt: skip
+
+
+def failure_occurrences(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
+    """`skilld failures show ID|SIGNATURE --json`: the failure's row (as `failure_rows` gives
+    it, its `skills` left to the caller: `skilld.effect.report.skills_covering`) and its
+    occurrences, oldest first; None when no failure has that id or signature.
+
+    One range of `effect_failures_id`, in its order (no sort), reading the session's
+    repository and start from the row itself (`record_reads` keeps them in step): a failure
+    seen ten thousand times is listed in tens of milliseconds."""
+    wanted = key if _FAILURE_ID.fullmatch(key) else _failure_id(key)
+    found = conn.execute(
+        "SELECT signature, tool, command, error FROM effect_failures"
+        " INDEXED BY effect_failures_id WHERE failure_id = ? LIMIT 1",
+        (wanted,),
+    ).fetchone()
+    if found is None:
+        return None
+    signature, tool, command, error = found
+    rows = conn.execute(
+        "SELECT session, source, COALESCE(ts, session_ts), seq, call_id, run, line, class,"
+        " resolved, repository, branch FROM effect_failures INDEXED BY effect_failures_id"
+        " WHERE failure_id = ? ORDER BY COALESCE(ts, session_ts), session, seq",
+        (wanted,),
+    ).fetchall()
+    occurrences = [dict(zip(OCCURRENCE_KEYS, row, strict=True)) for row in rows]
+    for occurrence in occurrences:
+        occurrence["resolved"] = bool(occurrence["resolved"])
+    group = _Group(tool, command, error)
+    group.classes = dict(Counter(o["class"] for o in occurrences))
+    group.sessions = {o["session"] for o in occurrences}
+    group.repositories = {o["repository"] for o in occurrences if o["repository"]}
+    times = [o["at"] for o in occurrences if o["at"] is not None]
+    group.first, group.last = (times[0], times[-1]) if times else (None, None)
+    return {**group.entry(signature, []), "occurrences": occurrences}
 
 
 def _dominant(classes: dict[str, int]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from skilld.errors import NotFound
 from skilld.reports.events import since_timestamp
 
 if TYPE_CHECKING:
@@ -131,3 +132,25 @@ def failure_report(
         recurring=recurring,
         covered=covering_skills(conn, None),
     )
+
+
+def failure_detail(app: App, key: str) -> dict[str, Any]:
+    """`skilld failures show ID|SIGNATURE --json` and `/api/failures/{id}`: the failure's row
+    of `failure_report` and its occurrences, oldest first. Raises NotFound for an id or
+    signature no failure has."""
+    from skilld.effect.extract import COUNTED_CLASSES
+    from skilld.effect.report import skills_covering
+    from skilld.effect.store import failure_occurrences
+
+    conn = app.state.conn
+    detail = failure_occurrences(conn, key)
+    if detail is None:
+        raise NotFound(f"no failure with id or signature {key!r} (see `skilld failures`)")
+    sessions = {
+        occurrence["session"]
+        for occurrence in detail["occurrences"]
+        if occurrence["resolved"] and occurrence["class"] in COUNTED_CLASSES
+    }
+    covering = skills_covering(conn, detail["signature"], sessions)
+    detail["skills"] = [{"library": library, "name": name} for library, name in covering]
+    return detail

@@ -9,6 +9,7 @@ of its own beside this one; `skilld.state.StateDB` is made of them.
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from skilld.fsutil import PRIVATE_FILE_MODE, private_dir
 #: How long a writer waits for another's lock before giving up (seconds).
 BUSY_TIMEOUT_SECONDS = 30
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _V1 = """
     CREATE TABLE events (
@@ -206,7 +207,26 @@ _V4 = """
     ) WITHOUT ROWID;
 """
 
-_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Version 5: where each failure happened (DESIGN.md §13 "Occurrences"): the agent's own id of
+# the call, the command as run, the error line as read and the branch, on each row, and the
+# failure's stable id (`skilld.effect.failure_id` of its signature) that `skilld failures show`
+# looks its occurrences up by. Rows recorded before keep no command, line or call id.
+_V5 = """
+    ALTER TABLE effect_failures ADD COLUMN failure_id TEXT NOT NULL DEFAULT '';
+    ALTER TABLE effect_failures ADD COLUMN call_id TEXT;
+    ALTER TABLE effect_failures ADD COLUMN run TEXT;
+    ALTER TABLE effect_failures ADD COLUMN line TEXT;
+    ALTER TABLE effect_failures ADD COLUMN branch TEXT;
+    UPDATE effect_failures SET failure_id = skilld_failure_id(signature);
+    -- A failure's occurrences, oldest first (skilld.effect.store.failure_occurrences).
+    CREATE INDEX IF NOT EXISTS effect_failures_id
+        ON effect_failures(failure_id, COALESCE(ts, session_ts), session, seq);
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+
+
+_ADD_COLUMN = re.compile(r"\s*ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -278,11 +298,17 @@ class Database:
         # Several processes may open a new (or older) file at once (the daemon, an agent's
         # hooks, an MCP server): the version is read again under the write lock, so that only
         # the first migrates. One transaction: a crash mid-migration leaves the old version.
+        # What a migration computes that SQL has no function for (imported here: a one-shot
+        # command opens a migrated file and loads none of it).
+        from skilld.effect import failure_id
+
+        self.conn.create_function("skilld_failure_id", 1, failure_id, deterministic=True)
         with self.transaction():
             version = self._schema_version()
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _statements(_MIGRATIONS[target - 1]):
-                    self.conn.execute(statement)
+                    if not self._has_column_added_by(statement):
+                        self.conn.execute(statement)
                 self.conn.execute(f"PRAGMA user_version = {target}")
         if version > SCHEMA_VERSION:
             self.conn.close()
@@ -290,6 +316,17 @@ class Database:
                 f"{self.path} has schema version {version}, newer than this skilld "
                 f"understands ({SCHEMA_VERSION}); upgrade skilld"
             )
+
+    def _has_column_added_by(self, statement: str) -> bool:
+        """Whether `statement` adds a column its table has already: a file whose version was
+        set back (by hand, or by a test) runs the migrations again, and SQLite has no `ADD
+        COLUMN IF NOT EXISTS`."""
+        added = _ADD_COLUMN.match(statement)
+        if added is None:
+            return False
+        table, column = added.groups()
+        columns = self.conn.execute(f"PRAGMA table_info({table})").fetchall()
+        return any(row[1] == column for row in columns)
 
     def _schema_version(self) -> int:
         version: int = self.conn.execute("PRAGMA user_version").fetchone()[0]

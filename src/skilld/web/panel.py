@@ -34,7 +34,13 @@ from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
 from skilld.fsutil import read_tree_file
 from skilld.reports.curator import curator_report
-from skilld.reports.effect import effect_records, effect_rows, effect_week, failure_report
+from skilld.reports.effect import (
+    effect_records,
+    effect_rows,
+    effect_week,
+    failure_detail,
+    failure_report,
+)
 from skilld.reports.events import count_option, event_page
 from skilld.reports.listing import (
     learned_on,
@@ -95,6 +101,7 @@ NAV = (
     ("/skills", "Skills"),
     ("/review", "Review"),
     ("/events", "Events"),
+    ("/failures", "Failures"),
     ("/curator", "Curator"),
     ("/write", "Write a skill"),
 )
@@ -385,6 +392,32 @@ class Panel:
             request, "skill.html", title=f"Skill {name}", a=before or "", b=after or "", **values
         )
 
+    async def failures(self, request: Request) -> Response:
+        """Every failure, recurring first: those a skill covers (with its verdict) beside those
+        none does."""
+
+        def build(app: App) -> dict[str, Any]:
+            rows = failure_report(app)
+            verdicts = _verdicts(app, [skill for row in rows for skill in row["skills"]])
+            return {"rows": rows, "verdicts": verdicts}
+
+        values = await self.with_app(build)
+        return self.page(request, "failures.html", title="Failures", **values)
+
+    async def failure(self, request: Request) -> Response:
+        """One failure and where it happened: each occurrence, oldest first."""
+        key = request.path_params["failure"]
+
+        def build(app: App) -> dict[str, Any]:
+            detail = failure_detail(app, key)
+            return {"failure": detail, "verdicts": _verdicts(app, detail["skills"])}
+
+        try:
+            values = await self.with_app(build)
+        except SkilldError as exc:
+            return self.refusal(request, _refusal_status(exc), str(exc))
+        return self.page(request, "failure.html", title=f"Failure {key}", **values)
+
     async def review(self, request: Request) -> Response:
         def build(app: App) -> dict[str, Any]:
             from skilld.skills.document import SkillDoc, render_skill
@@ -645,6 +678,13 @@ class Panel:
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
 
+    async def api_failure(self, request: Request) -> Response:
+        key = request.path_params["failure"]
+        try:
+            return JSON(await self.with_app(lambda app: failure_detail(app, key)))
+        except NotFound as exc:
+            return JSON({"error": str(exc)}, 404)
+
     async def api_effect(self, request: Request) -> Response:
         library = request.query_params.get("library")
         try:
@@ -664,6 +704,18 @@ def _refusal_status(exc: SkilldError) -> int:
     if isinstance(exc, NotFound):
         return 404
     return 400 if isinstance(exc, UsageError) else 409
+
+
+def _verdicts(app: App, skills: list[dict[str, str]]) -> dict[tuple[str, str], str]:
+    """The verdict of each of `skills` (`{"library", "name"}`) that has one."""
+    names = sorted({(skill["library"], skill["name"]) for skill in skills})
+    if not names:
+        return {}
+    libraries = sorted({library for library, _ in names})
+    return {
+        (record.library, record.name): record.outcome.verdict
+        for record in effect_records(app, libraries, names=names)
+    }
 
 
 def library_roots(app: App) -> dict[str, str]:
@@ -746,6 +798,8 @@ def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starle
         Route("/review", panel.review),
         Route("/events", panel.events),
         Route("/events/live", panel.live),
+        Route("/failures", panel.failures),
+        Route("/failures/{failure}", panel.failure),
         Route("/curator", panel.curator),
         Route("/login", panel.login, methods=["GET", "POST"]),
         Route("/act/{verb}", panel.act, methods=["POST"]),
@@ -755,6 +809,7 @@ def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starle
         Route("/api/events", panel.api_events),
         Route("/api/review", panel.api_review),
         Route("/api/failures", panel.api_failures),
+        Route("/api/failures/{failure}", panel.api_failure),
         Route("/api/effect", panel.api_effect),
         Route("/api/{rest:path}", panel.api_unknown, methods=["GET", "HEAD", "POST"]),
         Mount("/static", StaticFiles(directory=static), name="static"),
