@@ -453,6 +453,43 @@ def print_table(scores: Scores, out: Any = sys.stdout, *, detail: bool = False) 
         print(f"\n{len(scores.missing)} labels match no call, e.g. {scores.missing[0]}", file=out)
 
 
+def misses(calls: Sequence[Call], labels: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each labelled call skilld reads otherwise than its label, one line apiece: what to look
+    at next when a figure falls short."""
+    by_key = {call.key: call for call in calls}
+    lines: list[str] = []
+    for label in labels:
+        call = by_key.get((label["path"], label.get("call_id")))
+        if call is None:
+            continue
+        recorded = call.failures[0] if call.failures else None
+        wanted = str(label.get("class")) if label.get("failure") else "none"
+        got = recorded.cls if recorded is not None else "none"
+        wrong = []
+        if call.counted != true_failure(label):
+            wrong.append("counted" if call.counted else "missed")
+        elif label.get("failure") and recorded is not None and wanted != got:
+            wrong.append("class")
+        if (
+            true_failure(label)
+            and recorded is not None
+            and label.get("error_key")
+            and not _meaningful(recorded.signature, label)
+        ):
+            wrong.append("signature")
+        if not wrong:
+            continue
+        where = f"{label['path']}:{label.get('line')} {label.get('call_id')}"
+        lines.append(
+            f"{','.join(wrong):<17} {wanted:>8} -> {got:<8} {where}\n"
+            f"    head {label.get('expected_head')!r} key {label.get('error_key')!r}\n"
+            f"    {recorded.signature if recorded is not None else '-'}\n"
+            f"    $ {command_text(call)[:160]!r}\n"
+            f"    > {call.output[:300]!r}"
+        )
+    return lines
+
+
 def read_labels(path: Path) -> list[dict[str, Any]]:
     labels = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -537,6 +574,7 @@ def main() -> None:
     parser.add_argument("--recorded", type=int, default=200, help="recorded calls to draw")
     parser.add_argument("--unrecorded", type=int, default=120, help="other calls to draw")
     parser.add_argument("--detail", action="store_true", help="list the recurrences too")
+    parser.add_argument("--misses", action="store_true", help="list the calls read wrong")
     parser.add_argument("--smoke", action="store_true", help="a tiny corpus written in tmp")
     args = parser.parse_args()
 
@@ -564,7 +602,11 @@ def main() -> None:
     drawn = json.loads(args.sample.read_text()).get("strata") if args.sample else None
     print(f"{len(calls)} tool calls in {len({c.path for c in calls})} session files; "
           f"strata now: {sizes}")  # fmt: skip
-    print_table(score(calls, read_labels(args.labels), drawn), detail=args.detail)
+    labels = read_labels(args.labels)
+    print_table(score(calls, labels, drawn), detail=args.detail)
+    if args.misses:
+        print("\ncalls read otherwise than labelled:")
+        print("\n".join(misses(calls, labels)))
 
 
 if __name__ == "__main__":
