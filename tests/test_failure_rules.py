@@ -270,7 +270,7 @@ def test_a_sudo_failure_is_one_failure_whatever_it_ran() -> None:
 @pytest.mark.parametrize(
     ("command", "head"),
     [
-        ("sudo -u deploy make install", "make install"),
+        ("sudo -u deploy make install", "make"),  # a target is no sub-command
         ("nice -n 10 make", "make"),
         ("timeout -s KILL 30 cargo build", "cargo build"),
         ("env -u X FOO=1 nohup time npm run build", "npm run"),
@@ -396,13 +396,13 @@ def test_a_replayed_history_counts_each_call_once(tmp_path: Path) -> None:
     assert [(f.seq, f.command) for f in found] == [(2, "git push")]
     # Control: an agent that numbers its calls per turn reuses an id for another call.
     messages = [
-        Message("assistant", "", (ToolCall("bash", bash("make a"), "call_0"),)),
-        Message("tool", "make: *** [a] Error 1", tool_call_id="call_0", failed=True),
+        Message("assistant", "", (ToolCall("bash", bash("go build"), "call_0"),)),
+        Message("tool", "./a.go:3: undefined: x", tool_call_id="call_0", failed=True),
         Message("user", "again"),
-        Message("assistant", "", (ToolCall("bash", bash("make b"), "call_0"),)),
-        Message("tool", "make: *** [b] Error 1", tool_call_id="call_0", failed=True),
+        Message("assistant", "", (ToolCall("bash", bash("go vet"), "call_0"),)),
+        Message("tool", "./b.go:5: unreachable code", tool_call_id="call_0", failed=True),
     ]
-    assert [f.command for f in extract(messages, 0).failures] == ["make a", "make b"]
+    assert [f.command for f in extract(messages, 0).failures] == ["go build", "go vet"]
 
 
 def test_a_hidden_exit_status_with_an_error_in_the_output_is_masked() -> None:
@@ -435,13 +435,225 @@ def test_a_command_that_fails_again_with_its_own_error_is_no_cascade() -> None:
         'Exit code 1\nwarning: variable "x" is unused\n  lib/shop.ex:3\n'
         "** (Mix) Compilation failed due to warnings while using the --warnings-as-errors option"
     )
+    unformatted = "Exit code 1\n** (Mix) mix format failed due to --check-formatted."
     found = failures_of(
         "run the checks",
         ("Bash", "mix precommit", warnings, True, 1),
-        ("Bash", "mix precommit", warnings, True, 1),
+        ("Bash", "mix precommit", warnings, True, 1),  # the same failure again: a burst
+        ("Bash", "mix precommit", unformatted, True, 1),  # after a fix, a new error: real
         ("Bash", "mix precommit", "Exit code 1\n", True, 1),  # nothing of its own: a burst
     )
-    assert [f.cls for f in found] == ["real", "real", "cascade"]
+    assert [f.cls for f in found] == ["real", "cascade", "real", "cascade"]
+
+
+# -- what the corpus showed (bench/corpus): each shape as the real sessions wrote it ---------
+
+
+def test_claude_code_1_0_edit_errors_are_the_agents_not_the_users_words(tmp_path: Path) -> None:
+    """1.0.x writes the edit tools' own errors without the `<tool_use_error>` tag."""
+    edit = {"file_path": "/home/dev/shop/src/a.c", "old_string": "return 0;", "new_string": "x"}
+    old = {"version": "1.0.53"}
+    found = claude_failures(
+        tmp_path,
+        [
+            claude("user", {"role": "user", "content": "fix it"}, **old),
+            call("m1", "t1", "Write", {"file_path": "/home/dev/shop/a.c", "content": "x"}, **old),
+            result("t1", "File has not been read yet. Read it first before writing to it.", **old),
+            call("m2", "t2", "Edit", edit, **old),
+            result(
+                "t2",
+                "Found 4 matches of the string to replace, but replace_all is false. To replace"
+                " all occurrences, set replace_all to true.",
+                **old,
+            ),
+            call("m3", "t3", "MultiEdit", {"file_path": "/home/dev/shop/a.c", "edits": []}, **old),
+            result(
+                "t3", "No changes to make: old_string and new_string are exactly the same.", **old
+            ),
+            call("m4", "t4", "Edit", edit, **old),  # control: the user's words
+            result("t4", "Found it, but keep the old name please", **old),
+        ],
+    )
+    assert [(f.tool, f.cls) for f in found] == [
+        ("Write", "real"),
+        ("Edit", "real"),
+        ("MultiEdit", "real"),
+        ("Edit", "rejected"),
+    ]
+
+
+def test_a_codex_poll_that_failed_itself_is_signed_by_the_poll(tmp_path: Path) -> None:
+    closed = (
+        "write_stdin failed: stdin is closed for this session; rerun exec_command with tty=true"
+    )
+    write_lines(
+        tmp_path / f"rollout-2026-02-26T15-33-38-{CODEX_ID}.jsonl",
+        [
+            codex("session_meta", {"id": CODEX_ID, "cwd": "/work/x"}),
+            text_message("user", "search"),
+            codex_call("a", "exec_command", {"cmd": "rg -n todo"}),
+            codex_output("a", "Process running with session ID 18481\nOutput:\n"),
+            codex_call("b", "write_stdin", {"session_id": 18481, "chars": "\u0003"}),
+            codex_output("b", closed),
+            text_message("user", "again"),
+            codex_call("c", "exec_command", {"cmd": "git status"}),
+            codex_output("c", "Process running with session ID 10385\nOutput:\n"),
+            codex_call("d", "write_stdin", {"session_id": 10385, "chars": "q"}),
+            codex_output("d", closed),
+        ],
+    )
+    read = only_read(CodexSource(tmp_path).scan({}))
+    found = extract(read.messages, 0, cwd=read.cwd).failures
+    assert {f.signature for f in found} == {f"write_stdin | write_stdin | {closed}"}
+    assert len(found) == 2
+
+
+@pytest.mark.parametrize(
+    ("command", "output", "head"),
+    [
+        ("cd build && make -j4", "/bin/bash: line 1: cd: build: No such file or directory", "cd"),
+        ("cd bench && python3 run.py", "/bin/bash: line 1: cd: bench: No such file or directory",
+         "cd"),
+        ("nvcc --version && make", "/bin/bash: line 1: nvcc: command not found", "nvcc"),
+        ("echo 'int main(){}' > t.c && gcc -I include t.c -o t && ./t",
+         "t.c:2:10: fatal error: vsla/vsla.h: No such file or directory", "gcc"),
+        ("printf 'x' > t.c && clang-17 t.c && ./a.out", "t.c:1:1: error: expected ';'", "clang-17"),
+        ("make vsla_static", "src/a.c:3:5: error: incomplete type", "make"),
+    ],
+)  # fmt: skip
+def test_the_part_the_shell_or_a_compiler_names_is_the_head(
+    command: str, output: str, head: str
+) -> None:
+    assert command_head("Bash", bash(command), output) == head
+
+
+def test_a_long_command_keeps_its_end_where_its_reader_cut_it(tmp_path: Path) -> None:
+    """Arguments are kept to 500 characters: a command is cut inside its longest quoted word,
+    or in its middle, so the part after a long `echo '<a file>' > x.c` is still read."""
+    source = "#include <stdio.h>\n" + "int f(void) { return 1; }\n" * 120
+    for command in (
+        f"echo '{source}' > t.c && gcc t.c -o t && ./t",
+        f"export PATH=/usr/local/cuda/bin:$PATH && echo '{source}' > t.c && "
+        + "gcc -I include t.c build/libvsla.a -lm -lpthread -lcudart -o t && ./t",
+    ):
+        found = claude_failures(
+            tmp_path,
+            [
+                claude("user", {"role": "user", "content": "compile"}),
+                call("m1", "t1", "Bash", {"command": command, "description": "Compile"}),
+                result("t1", "t.c:7:9: error: stray ‘\\’ in program"),
+            ],
+        )
+        assert [f.command for f in found] == ["gcc"], command[-120:]
+
+
+@pytest.mark.parametrize(
+    ("output", "error"),
+    [
+        ("src/a.c:3: warning: unused\nsrc/b.c:9:6: error: conflicting types for ‘f’; have"
+         " ‘int(void)’ {aka ‘int(struct s *)’}\nmake[2]: *** [b.o] Error 1\n"
+         "make: *** [Makefile:9: all] Error 2",
+         "<path>:<n>:<n>: error: conflicting types for ‘<name>’; have ‘<name>’"),
+        ('$ next build\nFailed to compile.\n./a.tsx:50:26\nType error: Type \'string\' is not'
+         ' assignable to type \'number\'.\nerror: script "build" exited with code 1',
+         "Type error: Type 'string' is not assignable to type 'number'."),
+        ("To https://github.com/a/b.git\n ! [rejected]        main -> main (stale info)\n"
+         "error: failed to push some refs to 'https://github.com/a/b.git'",
+         "! [rejected] main -> main (stale info)"),
+        ("! LaTeX Error: \\begin{aligned} allowed only in math mode.",
+         "! LaTeX Error: \\begin{aligned} allowed only in math mode."),
+        ("rewrites. Hit Ctrl-C to abort\nusage: git filter-branch [--setup <command>]",
+         "usage: git filter-branch [--setup <command>]"),
+        ("File does not exist. Note: your current working directory is /home/dev/shop.",
+         "File does not exist."),
+    ],
+)  # fmt: skip
+def test_the_error_line_is_the_one_that_says_what_went_wrong(output: str, error: str) -> None:
+    """A summary (`make: *** [all] Error 2`) yields to the error it sums up; GCC's quoted names
+    and a tool's trailing note are what differs between two sessions of one failure."""
+    assert error_of(output) == error
+
+
+def test_an_error_among_the_warnings_a_cut_dropped_is_read(tmp_path: Path) -> None:
+    warnings = "".join(f"src/w{n}.c:1:1: warning: unused variable ‘x’\n" for n in range(200))
+    earlier = warnings[: warnings.index("src/w150.c")]
+    found = claude_failures(
+        tmp_path,
+        [
+            claude("user", {"role": "user", "content": "build"}),
+            call("m1", "t1", "Bash", {"command": "make -j8"}),
+            result(
+                "t1",
+                f"Exit code 2\n{earlier}src/t.c:172:6: error: conflicting types for"
+                f" ‘vsla_free’\n{warnings}make: *** [Makefile:9: all] Error 2",
+            ),
+        ],
+        tool_result_max_chars=2000,
+    )
+    assert [f.error for f in found] == ["<path>:<n>:<n>: error: conflicting types for ‘<name>’"]
+
+
+def test_more_hidden_exit_statuses_are_masked() -> None:
+    found = failures_of(
+        "build it",
+        ("Bash", 'cargo check 2>&1 | grep -A5 "error"', "error[E0308]: mismatched types", False,
+         0),
+        ("Bash", "gcc-12 --version | head -1", "/bin/bash: line 1: gcc-12: command not found",
+         False, 0),
+        ("Bash", "make -j4 2>&1 | tail -30", "x.c:9:5: note: here\nmake: *** [all] Error 2",
+         False, 0),
+        ("Bash", 'pdflatex p.tex > log 2>&1 && echo "Built" || echo "Compilation failed"',
+         "Compilation failed", False, 0),
+        # Controls: a fallback that says nothing failed; an echo that did not print.
+        ("Bash", 'which gcc-12 || echo "not here"', "not here", False, 0),
+        ("Bash", 'pdflatex p.tex > log && echo "Built" || echo "Compilation failed"', "Built",
+         False, 0),
+    )  # fmt: skip
+    assert [(f.command, f.cls) for f in found] == [
+        ("cargo check", "masked"),
+        ("gcc-12", "masked"),
+        ("make", "masked"),
+        ("pdflatex p.tex", "masked"),
+    ]
+
+
+def test_a_lookup_that_failed_without_a_word_is_benign(tmp_path: Path) -> None:
+    """Claude Code writes `Error` for a command that exited non-zero and printed nothing."""
+    old = {"version": "2.0.31"}
+    found = claude_failures(
+        tmp_path,
+        [
+            claude("user", {"role": "user", "content": "is it running?"}, **old),
+            call("m1", "t1", "Bash", {"command": "lsof -ti:3000"}, **old),
+            result("t1", "Error", **old),
+            call("m2", "t2", "Bash", {"command": 'dpkg -L wifi | grep -E "bin/"'}, **old),
+            result("t2", "Error", **old),
+            call("m3", "t3", "Bash", {"command": "npm run build"}, **old),  # control
+            result("t3", "Error", **old),
+        ],
+    )
+    assert [(f.command, f.cls) for f in found] == [
+        ("lsof", "benign"),
+        ("dpkg wifi", "benign"),
+        ("npm run", "real"),
+    ]
+
+
+def test_the_same_refusal_again_in_a_turn_is_a_cascade_and_a_runner_not_found_no_test() -> None:
+    hook = "PreToolUse:Bash hook error: BLOCKED: Dangerous rm command detected and prevented"
+    found = failures_of(
+        "clean up",
+        ("Bash", "rm -r build/CMakeFiles && echo done", hook, True, None),
+        ("Bash", "rm -rf build/CMakeFiles", hook, True, None),
+        ("Bash", "pnpm test", "/usr/local/bin/bash: line 1: pnpm: command not found", True, 127),
+        ("Bash", "make test", "FAIL: test_a (1 of 9)", True, 2),
+    )
+    assert [(f.command, f.cls) for f in found] == [
+        ("rm", "hook"),
+        ("rm", "cascade"),
+        ("pnpm test", "real"),
+        ("make", "test"),
+    ]
 
 
 # -- through the CLI -------------------------------------------------------------------------

@@ -225,7 +225,7 @@ def test_hermes_outcome_from_its_json_results(tmp_path: Path) -> None:
     assert outcomes(read) == [(True, 2), (True, -1), (False, 0)]
     found = extract(read.messages, 0).failures
     assert [(f.command, f.cls, f.error) for f in found] == [
-        ("make test-unit", "real", "FAIL"),
+        ("make", "test", "FAIL"),  # `make test-unit`: a red test run
         ("rm", "hook", "Command blocked"),
     ]
 
@@ -485,9 +485,9 @@ def test_a_failure_is_resolved_by_a_later_success_of_its_head_only() -> None:
         ("Bash", "git push", "Exit code 128\nfatal: no upstream", True, 128),
         ("Bash", "git status", "On branch x", False, 0),
         ("Bash", "cd /app && git push -u origin x", "done", False, 0),
-        ("Bash", "make deploy", "Exit code 2\nmake: *** no rule", True, 2),
+        ("Bash", "helm upgrade", "Exit code 1\nError: UPGRADE FAILED", True, 1),
     )
-    assert [(f.command, f.resolved) for f in found] == [("git push", True), ("make deploy", False)]
+    assert [(f.command, f.resolved) for f in found] == [("git push", True), ("helm upgrade", False)]
 
 
 def test_a_result_whose_call_came_in_an_earlier_read_is_named_by_its_tool() -> None:
@@ -540,8 +540,8 @@ def test_the_store_keeps_one_row_per_message_and_forgets_a_replaced_tail(tmp_pat
     found = extract(
         session(
             "go",
-            ("Bash", "make a", "Exit code 2\nmake: *** [a] Error 1", True, 2),
-            ("Bash", "make b", "Exit code 2\nmake: *** [b] Error 1", True, 2),
+            ("Bash", "go build", "Exit code 2\n./a.go:3: undefined: x", True, 2),
+            ("Bash", "go vet", "Exit code 2\n./b.go:5: unreachable code", True, 2),
         ),
         10,
     )
@@ -554,7 +554,7 @@ def test_the_store_keeps_one_row_per_message_and_forgets_a_replaced_tail(tmp_pat
         store.forget_from(conn, "jsonl:s", 13)
         assert store.window_failures(conn, "jsonl:s", 0, 99) == found.failures[:1]
         runs = conn.execute("SELECT command, failed FROM effect_runs ORDER BY command")
-        assert [tuple(row) for row in runs] == [("make a", 2), ("make b", 2)]
+        assert [tuple(row) for row in runs] == [("go build", 2), ("go vet", 2)]
 
 
 def test_runs_are_counted_by_command_head() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from skilld.transcripts.model import Message, SessionRead, ToolCall
-from skilld.transcripts.normalise import compact_arguments
+from skilld.transcripts.normalise import ARGUMENTS_MAX_CHARS, compact_arguments, cut_text
 from skilld.transcripts.signals import SkillSignal, skill_call_name, skill_signals
 from tests.conftest import Workspace
 from tests.fakellm import FakeLLM
@@ -114,11 +114,13 @@ def test_without_skills_dirs_only_tool_calls_count() -> None:
 
 def test_skill_name_survives_arguments_cut_to_length() -> None:
     arguments = compact_arguments({"skill": "long-one", "args": "a" * 2000})
-    assert arguments.endswith("chars]")
-    with pytest.raises(ValueError):
-        json.loads(arguments)
-
+    assert len(arguments) <= ARGUMENTS_MAX_CHARS and "…[cut " in arguments
     assert skill_call_name(ToolCall(name="Skill", arguments=arguments)) == "long-one"
+    # Arguments cut mid-JSON (a free-form input, or a row an older reader stored).
+    cut = cut_text('{"skill":"long-one","args":"' + "a" * 2000 + '"}', ARGUMENTS_MAX_CHARS)
+    with pytest.raises(ValueError):
+        json.loads(cut)
+    assert skill_call_name(ToolCall(name="Skill", arguments=cut)) == "long-one"
 
 
 def test_skill_call_name_ignores_other_tools() -> None:

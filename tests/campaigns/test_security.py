@@ -1049,9 +1049,11 @@ def test_planted_secrets_never_leave_the_transcript(
     for event in workspace.events("redacted"):
         if event["detail"]["stage"] == "window":
             window_counts.update(event["detail"]["counts"])
-    # A secret a cut went through is dropped before redaction, so it is not counted there.
-    whole = [secret for secret in planted if secret not in straddling_cuts]
-    assert window_counts == Counter(secret.kind for secret in whole)
+    # A secret a cut went through is dropped before redaction, so it is not counted there; a
+    # command is cut between words (its end kept), so one planted at its cut may survive whole.
+    whole = Counter(secret.kind for secret in planted if secret not in straddling_cuts)
+    in_arguments = Counter(group[1].kind for group in groups)
+    assert whole <= window_counts <= whole + in_arguments
     campaign_figures(
         "security secrets",
         planted=count,
@@ -1059,6 +1061,6 @@ def test_planted_secrets_never_leave_the_transcript(
         shapes=len(SECRET_KINDS),
         requests=len(fake_llm.raw_bodies),
         redacted_in_windows=sum(window_counts.values()),
-        cut_through_and_dropped=len(straddling_cuts),
+        cut_through_and_dropped=len(straddling_cuts) - (window_counts - whole).total(),
         leaked=len(leaks),
     )

@@ -46,6 +46,8 @@ from skilld.effect.signature import (
     masked_head,
     normalise_error,
     reads_as_error,
+    says_what_failed,
+    script_heads,
     shell_script,
     signature,
     wrappers_run,
@@ -103,6 +105,7 @@ _HOOK_WORD = re.compile(r"\bhooks?\b")
 #: Codex's unified exec: a command that outlives its call keeps running in a session that
 #: `write_stdin` polls.
 POLL_TOOL = "write_stdin"
+_POLL_FAILED = f"{POLL_TOOL} failed"
 #: The tools whose result may say the command is still running (Codex's unified exec).
 _RUNNING_TOOLS = frozenset({"exec_command", POLL_TOOL})
 _RUNNING_WORDS = "Process running with session ID "
@@ -117,19 +120,23 @@ TEST_HEADS = frozenset(
 ) | frozenset(
     {
         "go test", "cargo test", "cargo nextest", "npm test", "yarn test", "pnpm test",
-        "bun test", "deno test", "mix test", "make test", "make check", "dotnet test",
+        "bun test", "deno test", "mix test", "dotnet test",
         "gradle test", "gradlew test", "mvn test", "mvn verify", "rake test", "rails test",
         "rake spec", "swift test", "zig test", "stack test", "cabal test", "dune test",
         "hatch test",
     }
 )  # fmt: skip
 #: `uv run` / `poetry run` / `npm run` are tests only when what they run is a test runner.
-_RUNNERS = frozenset({"uv run", "poetry run", "npm run", "yarn run", "pnpm run", "bun run"})
-_RUN_TEST = re.compile(r"\brun\s+(-\S+\s+)*(test|pytest|jest|vitest|mocha|check)\b")
+_RUNNERS = frozenset(
+    {"uv run", "poetry run", "npm run", "yarn run", "pnpm run", "bun run", "make", "gmake", "just"}
+)
+_RUN_TEST = re.compile(
+    r"\b(?:run|make|gmake|just)\s+(-\S+\s+)*(test|tests|pytest|jest|vitest|mocha|check)\b"
+)
 BENIGN_ON_ONE = frozenset(
     {"grep", "egrep", "fgrep", "rg", "ag", "ack", "diff", "cmp", "test", "[", "[[", "which",
      "pgrep", "git diff", "git grep", "git merge-base", "git ls-files", "git show-ref",
-     "command", "type", "comm"}
+     "command", "type", "comm", "lsof", "pidof", "fuser"}
 )  # fmt: skip
 
 
@@ -253,9 +260,11 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
                 continue
             answered[call_id] = message.text
         called = calls.pop(call_id, None) if call_id else None
-        if called is not None and called.name == POLL_TOOL:
+        # A poll's result is its command's, unless the poll itself failed.
+        polls = not message.text.startswith(_POLL_FAILED)
+        if called is not None and called.name == POLL_TOOL and polls:
             called = _polled_command(called, running)
-        named = message.tool_name if message.tool_name != POLL_TOOL else None
+        named = message.tool_name if message.tool_name != POLL_TOOL or not polls else None
         tool = named or (called.name if called is not None else "tool")
         arguments = called.arguments if called is not None else ""
         if (
@@ -282,6 +291,7 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
             failure = _failure(message, seq, ts, tool, arguments, cwd, failed_this_turn)
         if failure.cls in COUNTED_CLASSES:  # a benign or red-test run sets off no cascade
             failed_this_turn.add(failure.command)
+            failed_this_turn.add(_retried(failure, arguments))  # never a head: it holds " | "
         failures.append(failure)
         _count(counts, failure.command, seq, ts, False)
     runs = _counted(counts)
@@ -350,23 +360,47 @@ def classify(
     if any(phrase in opening for phrase in _CASCADE):
         return "cascade"
     if refused_by == "policy":
-        return "hook"
-    if _is_test(head, script):
+        return "cascade" if repeated else "hook"  # the same refusal again: a follow-on
+    if _is_test(head, script) and not _not_started(exit_code, sample):
         return "test"
     # `grep` exiting 1 found nothing (with an error message, a part before it failed);
     # `which` exiting 1 says "not found", which is its answer.
     program = head.split(" ", 1)[0]
+    line = first_error_line(sample)
     if exit_code == 1 and (
         program in LOOKUPS
-        or ((head in BENIGN_ON_ONE or program in BENIGN_ON_ONE)
-            and not reads_as_error(first_error_line(sample)))
-    ):  # fmt: skip
+        or ((head in BENIGN_ON_ONE or program in BENIGN_ON_ONE) and not reads_as_error(line))
+    ):
         return "benign"
+    if exit_code in (None, 1) and line in _SILENT and _answers_by_status(head, script):
+        return "benign"  # a lookup that found nothing and said nothing
     if repeated:
         return "cascade"
     if _by_hook_or_policy(opening):
         return "hook"
     return "real"
+
+
+#: What a failed call that printed nothing reads as (Claude Code writes `Error`).
+_SILENT = frozenset({"", "Error"})
+
+
+def _not_started(exit_code: int | None, text: str) -> bool:
+    """Whether the command never ran (`pnpm: command not found`, exit 126 or 127): no test
+    went red."""
+    return exit_code in (126, 127) or "command not found" in text[:2000]
+
+
+def _answers_by_status(head: str, script: str | None) -> bool:
+    """Whether the call's head, or the last part of its script, answers by its exit status
+    (`lsof -i:3000`, `dpkg -L x | grep bin/`)."""
+    parts = [head, *(script_heads(script)[-1:] if script else ())]
+    return any(part in BENIGN_ON_ONE or part.split(" ", 1)[0] in BENIGN_ON_ONE for part in parts)
+
+
+def _retried(failure: Failure, arguments: str) -> str:
+    """What makes a failure the one before it again: the same command failing the same way."""
+    return failure.signature
 
 
 def _failure(
@@ -381,11 +415,16 @@ def _failure(
     text = _output(message)
     head, line = failing_part(tool, arguments, text)
     exit_code = message.exit_code if message.exit_code is not None else exit_code_of(text)
-    script = shell_script(tool, arguments)
-    # Only a burst's first counts, unless this one says what went wrong itself.
-    repeated = head in failed_this_turn and not reads_as_error(line)
-    cls = classify(script, head, text, exit_code, repeated, message.refused_by)
-    return _failed(message, seq, ts, tool, arguments, head, line, cls, exit_code, cwd)
+    failure = _failed(message, seq, ts, tool, arguments, head, line, "real", exit_code, cwd)
+    # Only a burst's first counts: the same failure again, or the same command failing again
+    # with nothing of its own to say, before the user speaks.
+    repeated = _retried(failure, arguments) in failed_this_turn or (
+        head in failed_this_turn and head != tool and not says_what_failed(line)
+    )
+    cls = classify(
+        shell_script(tool, arguments), head, text, exit_code, repeated, message.refused_by
+    )
+    return failure._replace(cls=cls)
 
 
 def _masked(

@@ -195,6 +195,9 @@ SETUP_PROGRAMS = frozenset(
      "printf", "sleep", "clear", "ulimit", "umask", "shopt", "alias"}
 )  # fmt: skip
 SHELLS = frozenset({"bash", "sh", "zsh", "dash", "fish", "ksh"})
+#: Programs whose first word is a target the project names (`make vsla_static`), as a
+#: runner's is a script (`npm run build` is `npm run`): the head is the program alone.
+TARGET_PROGRAMS = frozenset({"make", "gmake", "ninja", "just"})
 #: Plain programs that open a part as they are: its head, with no wrapper to look past.
 _PLAIN_FIRST = PLAIN_PROGRAMS - WRAPPERS - SHELLS
 PYTHONS = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -265,14 +268,37 @@ def _any_of(*patterns: str) -> re.Pattern[str]:
 #: The shapes of lines that state an error, whatever the program: preferred as the error line.
 ERROR_LINES = _any_of(
     r"^(?:fatal|error|Error|ERROR|FATAL|panic)(?:\[[\w-]+\])?:",
+    r"^ ?! \[(?:remote )?rejected\]",  # git push: why, before `error: failed to push`
+    r"^! \S",  # TeX
+    r"^Type error: ",
+    r"^[⨯✖✗×] \S",
+    r"^[Uu]sage: ",
     r"^(?:npm ERR!|npm error|ERR_PNPM_|error Command failed|Usage Error:)",
     r"^[\w./-]+:\d+(?::\d+)?:? (?:fatal )?error\b",
     r"^[\w./-]+\(\d+,\d+\): error\b",
     r"^[A-Za-z_][\w.]*(?:Error|Exception):",
     r"^\*\* \(\w+",
     r"^make(?:\[\d+\])?: \*\*\*",
-    r"^[\w.-]+: .*(?:No such file or directory|command not found|Permission denied|"
+    r"^[\w./-]+: .*(?:No such file or directory|command not found|Permission denied|"
     r"Operation not permitted|not found)",
+)
+#: Error lines that only sum up an error another line tells: the error line when no other
+#: line of `ERROR_LINES` shape is there.
+SUMMARY_LINES = _any_of(
+    r"^make(?:\[\d+\])?: \*\*\* (?:\[|Waiting for unfinished)",
+    r"^error: could not compile\b",
+    r"^error: script \"[^\"]*\" exited with code",
+    r"^error: failed to push some refs",
+    r"^error Command failed with exit code",
+    r"^npm (?:ERR!|error) (?:code|errno|path|command|A complete log|Lifecycle)\b",
+)
+#: A shell's own report of a part it could not run: `/bin/bash: line 1: cd: build: No such
+#: file or directory` is `cd`'s, `bash: nvcc: command not found` is nvcc's.
+_SHELL_SAYS = re.compile(r"^(?:/[\w./-]*/)?(?:ba|z|da|k)?sh: (?:line \d+: )?(?=[^\s:]+: )")
+#: The compilers whose errors read `file.c:8:9: error: ...` (and the build tools that run them).
+COMPILERS = re.compile(
+    r"^(?:[\w-]*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|nvcc|icc|tcc)(?:-[\d.]+)?$|"
+    r"^(?:make|gmake|cmake|ninja|meson|bear)$"
 )
 #: Progress, banner and summary lines: never the error line while another line is there.
 NOISE_LINES = _any_of(
@@ -304,6 +330,7 @@ ERROR_AUTHORS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^make(?:\[\d+\])?: ", "make"),
         (r"^Traceback \(most recent call last\)|^[A-Za-z_][\w.]*(?:Error|Exception):", "python"),
         (r"^[\w./-]+\(\d+,\d+\): error TS\d+", "tsc"),
+        (r"^[\w./-]+:\d+:\d+: (?:fatal )?error\b", "cc"),
         (r"^(?:fatal|hint|error): ", "git"),  # last: other programs write `error: ` too
     )
 )
@@ -319,11 +346,18 @@ PIPE_FILTERS = frozenset(
      "less", "more", "cat", "sed", "awk", "gawk", "jq", "yq", "column", "nl", "xargs"}
 )  # fmt: skip
 #: What hides a command's exit status: a pipe into `head`/`tail`, or `|| echo` / `|| true`.
-MASKS = re.compile(r"\|\s*(?:head|tail)\b|\|\|\s*(?:echo|true|:)(?:\s|$|;)")
+MASKS = re.compile(
+    r"\|\s*(?:head|tail|grep|egrep|rg|sed|awk|sort|uniq|tee|cut|less|more|cat|jq)\b|"
+    r"\|\|\s*(?:echo|true|:)(?:\s|$|;)"
+)
 #: The lines that show a masked command failed.
 MASKED_ERROR = re.compile(
-    r"(?:fatal|error|Error)(?:\[[\w-]+\])?: |Traceback \(most recent call last\)"
+    r"(?:fatal|error|Error)(?:\[[\w-]+\])?: |Traceback \(most recent call last\)|"
+    r"[\w./-]+:\d+:\d+: (?:fatal )?error\b|make(?:\[\d+\])?: \*\*\* |"
+    r"(?:/[\w./-]*/)?(?:ba|z|da|k)?sh: .*(?:command not found|No such file or directory)"
 )
+#: The message a `|| echo "..."` prints when the part before it failed.
+_ECHOED_ON_FAILURE = re.compile(r"\|\|\s*echo\s+([\"'])([^\"'\n]{3,200})\1")
 #: Heads that only show what was written before (a log, a diff): their text is no error.
 SHOWING_HEADS = frozenset(
     {"git log", "git show", "git diff", "git blame", "git grep", "git reflog", "journalctl",
@@ -333,6 +367,8 @@ SHOWING_HEADS = frozenset(
 # -- normalisation ---------------------------------------------------------------------------
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>)\]]+", re.IGNORECASE)
+_GCC_QUOTED = re.compile(r"‘[^’\n]{1,200}’")
+_AKA = re.compile(r" \{aka ‘<name>’\}")
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 _PATH = re.compile(
     r"(?<![\w<])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?|(?<![\w</.-])[\w.@+-]+(?:/[\w.@+-]+)+/?"
@@ -435,6 +471,11 @@ def script_heads(script: str) -> list[str]:
 
 def _script_heads(script: str) -> tuple[str, ...]:
     """`script_heads` of a script already cut to its bound."""
+    if "…[cut " in script and (cut := _MIDDLE_CUT.search(script)) is not None:
+        start, end = script[: cut.start()], script[cut.end() :]
+        if _open_quote(start) is not None and _open_quote(start + end) is not None:
+            return _cut_script_heads(start, end)  # cut across words: the quotes do not pair
+        # Cut inside one quoted word (or between words): the script reads as it is.
     if not _CHAINED.search(script) and "<<" not in script:
         head = _part_head(script)  # one simple command, however it is quoted
         return (head,) if head is not None else ()
@@ -460,6 +501,39 @@ def _script_heads(script: str) -> tuple[str, ...]:
     return next(((h,) for part in setup if (h := _part_head(part)) is not None), ())
 
 
+#: Where a reader cut a long command in its middle (`transcripts.normalise`).
+_MIDDLE_CUT = re.compile(r"…\[cut \d+ chars\]…")
+_SEPARATOR = re.compile(r"&&|\|\||[;|\n]")
+
+
+def _open_quote(text: str) -> str | None:
+    """The quote still open at the end of shell `text`, if any."""
+    quote: str | None = None
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote is None and char in "'\"":
+            quote = char
+        elif char == quote:
+            quote = None
+    return quote
+
+
+def _cut_script_heads(start: str, end: str) -> tuple[str, ...]:
+    """The heads of a command its reader cut in the middle: its start's, then those of its
+    end after the end's first separator (the end opens inside a word or a quote)."""
+    separator = _SEPARATOR.search(end)
+    later = _script_heads(end[separator.end() :]) if separator is not None else ()
+    first = _script_heads(start)
+    if not later:
+        return first
+    ran = [head for head in first if _program_of(head) not in SETUP_PROGRAMS]
+    return tuple(dict.fromkeys([*ran, *later]))
+
+
 def attribute(heads: Sequence[str], error: str, script: str = "") -> str:
     """The head of the part of `script` (whose parts' heads are `heads`) that `error`, the
     result's text, names (see the module docstring); else the last part that ran."""
@@ -472,6 +546,8 @@ def _attributed(heads: Sequence[str], lines: list[str], line: str, script: str) 
     wrapper = _wrapper_error(line, script)
     if wrapper is not None:
         return wrapper
+    if line.startswith(_SHELL_NAMES) and (setup := _setup_failed(line)) is not None:
+        return setup
     if len(heads) == 1:
         return heads[0]
     named = _named_by(heads, line)
@@ -488,11 +564,27 @@ def _attributed(heads: Sequence[str], lines: list[str], line: str, script: str) 
     return _last_ran(heads, script)
 
 
+_SHELL_NAMES = ("/", "bash:", "sh:", "zsh:", "dash:", "ksh:")
+
+
+def _setup_failed(line: str) -> str | None:
+    """The setup program (`cd`) whose failure the shell reports in `line`: the rest of the
+    chain never ran."""
+    shell = _SHELL_SAYS.match(line)
+    if shell is None:
+        return None
+    program = line[shell.end() :].split(": ", 1)[0]
+    return program if program in SETUP_PROGRAMS else None
+
+
 def _named_by(heads: Sequence[str], line: str) -> str | None:
     """The head whose program wrote `line`: its `program: ` opening or an `ERROR_AUTHORS`
     shape."""
     if not line:
         return None
+    shell = _SHELL_SAYS.match(line)
+    if shell is not None:  # the shell names the part it could not run
+        line = line[shell.end() :]
     program = line.split(": ", 1)[0] if ": " in line[:40] else None
     if program is not None and (named := _of_program(heads, program, line)):
         return named
@@ -513,6 +605,7 @@ def _of_program(heads: Sequence[str], author: str, line: str) -> str | None:
         if head == author
         or (" " not in author and _program_of(head) in (program, *_ALIASES.get(program, ())))
         or (program == "python" and PYTHONS.match(_program_of(head)) is not None)
+        or (program == "cc" and COMPILERS.match(_program_of(head)) is not None)
     ]
     if not mine:
         return None
@@ -581,7 +674,7 @@ def masked_head(tool: str, arguments: str, text: str) -> str | None:
     if script is None or not MASKS.search(script):
         return None
     lines = error_lines(text)
-    if not any(MASKED_ERROR.match(line) for line in lines):
+    if not any(MASKED_ERROR.match(line) for line in lines) and not _echoed_failure(script, lines):
         return None
     heads = [
         head
@@ -596,9 +689,27 @@ def masked_head(tool: str, arguments: str, text: str) -> str | None:
 
 
 def _may_hold_error(text: str) -> bool:
-    """Whether `text` holds a word of `MASKED_ERROR` (substring tests: no pattern runs over
-    the output of every masked call that went well)."""
-    return "rror:" in text or "fatal:" in text or "Traceback (" in text or "rror[" in text
+    """Whether `text` holds a word of `MASKED_ERROR` or of a failure's echo (substring tests:
+    no pattern runs over the output of every masked call that went well)."""
+    return (
+        "rror" in text
+        or "fatal:" in text
+        or "Traceback (" in text
+        or "not found" in text
+        or "No such file" in text
+        or "ail" in text  # failed, Failed, FAIL
+        or "***" in text  # make
+    )
+
+
+def _echoed_failure(script: str, lines: list[str]) -> bool:
+    """Whether the output holds, as a line of its own, what the script's `|| echo "..."`
+    prints when the part before it failed, and that message says it failed (`|| echo "Build
+    failed"`, not `|| echo "no matches"`)."""
+    return any(
+        reads_as_error(message) and message in lines
+        for message in (match.group(2).strip() for match in _ECHOED_ON_FAILURE.finditer(script))
+    )
 
 
 def first_error_line(text: str) -> str:
@@ -621,6 +732,9 @@ def _first_error(lines: list[str]) -> str:
     # Every shape opens with `^`: matched at a line's start only, not searched along it.
     shaped = next((line for line in lines if ERROR_LINES.match(line)), None)
     if shaped is not None:
+        if SUMMARY_LINES.match(shaped):  # `make: *** [all] Error 2`: the error is told above
+            told = (x for x in lines if ERROR_LINES.match(x) and not SUMMARY_LINES.match(x))
+            shaped = next(told, shaped)
         return shaped[:MAX_LINE_CHARS]
     quiet = [line for line in lines if not NOISE_LINES.match(line)]
     for line in quiet:
@@ -637,6 +751,11 @@ def error_lines(text: str) -> list[str]:
     if len(lines) > 2 * MAX_SCAN_LINES:
         return lines[:MAX_SCAN_LINES] + lines[-MAX_SCAN_LINES:]
     return lines
+
+
+def says_what_failed(line: str) -> bool:
+    """Whether an error line tells something of its own: an error's shape or error words."""
+    return ERROR_LINES.match(line) is not None or reads_as_error(line)
 
 
 def reads_as_error(line: str) -> bool:
@@ -656,8 +775,14 @@ def exit_code_of(text: str) -> int | None:
 
 def normalise_error(text: str, cwd: str | None, branch: str | None = None) -> str:
     """One error line with what differs between sessions replaced: the working directory,
-    the branch, URLs, UUIDs, paths, file names, hashes, branch names, numbers."""
+    the branch, URLs, UUIDs, paths, file names, hashes, branch names, numbers; a hint the
+    tool adds after it (`File does not exist. Note: your current working directory is ...`)
+    left out."""
     line = text[:MAX_LINE_CHARS]
+    if ". Note: " in line:
+        line = line.split(". Note: ", 1)[0] + "."
+    if "‘" in line:  # GCC quotes the names an error is about: the same error names others
+        line = _AKA.sub("", _GCC_QUOTED.sub("‘<name>’", line))
     if cwd and len(cwd) > 1:
         line = line.replace(cwd.rstrip("/"), "<cwd>")
     return _normalised(line, branch if branch and len(branch) > 1 and branch in line else None)
@@ -845,6 +970,8 @@ def _with_subcommand(program: str, arguments: list[str]) -> str:
 def _subcommand(program: str, arguments: list[str]) -> tuple[str, int]:
     """The program and its sub-command word if it has one, and how many of `arguments` that
     took to tell."""
+    if program in TARGET_PROGRAMS or COMPILERS.match(program) is not None:
+        return program, 0  # `gcc -I include t.c`: no sub-command
     skip_value = False
     for index, word in enumerate(arguments):
         if skip_value:

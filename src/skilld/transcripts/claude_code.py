@@ -78,6 +78,13 @@ _TOOL_USE_ERROR = "<tool_use_error>"
 _USER_REJECTED = "User rejected tool use"
 #: Words of a hook's or a rule's refusal of an edit (read by its text, not as the user's).
 _REFUSING_WORDS = ("hook", "denied", "blocked", "not allowed", "permission")
+#: How the edit tools' own errors open (versions before 2.0 write them without the
+#: `<tool_use_error>` tag): the agent's mistake, never the user's words.
+_EDIT_TOOL_ERRORS = re.compile(
+    r"File has not been read yet|File has been (?:unexpectedly )?modified|File does not exist|"
+    r"Found \d+ matches of the string to replace|String to replace not found|"
+    r"No changes to make|InputValidationError|Cannot create new file"
+)
 LEGACY_SUBAGENT_PREFIX = "agent-"
 
 
@@ -257,7 +264,7 @@ class _Reader:
             exit_code = _exit_code(text)
             if refused_by is None:
                 refused_by = self._refusal(tool, text, exit_code)
-        cut, tail = cut_result(text, self.tool_result_max_chars)
+        cut, tail = cut_result(text, self.tool_result_max_chars, failed)
         return Message(
             role="tool",
             text=cut,
@@ -275,7 +282,7 @@ class _Reader:
         whose result is only the user's words, a `Bash` call without the banner of a version
         that writes one."""
         body = text.removeprefix("[error] ").lstrip()
-        if body.startswith(_TOOL_USE_ERROR):
+        if body.startswith(_TOOL_USE_ERROR) or _EDIT_TOOL_ERRORS.match(body):
             return None
         if tool in EDIT_TOOLS:  # the user's words, unless a hook or a rule speaks
             opening = body[:800].lower()

@@ -213,7 +213,7 @@ class CodexSource(LineFileSource):
                 if failed is None and _CALL_FAILED.match(text.lstrip()[:_CALL_FAILED_CHARS]):
                     failed = True
                     text, exit_code, refused_by = _unrun_call(text)
-                cut, tail = cut_result(text, self.tool_result_max_chars)
+                cut, tail = cut_result(text, self.tool_result_max_chars, failed is True)
                 parsed.messages.append(
                     Message(
                         role="tool",

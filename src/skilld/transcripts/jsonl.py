@@ -97,7 +97,7 @@ def chat_message(
         call_id = string_or_none(record.get("tool_call_id"))
         known_name = calls.pop(call_id, None) if call_id else None
         failed, exit_code = tool_outcome(text)
-        cut, tail = cut_result(text, tool_result_max_chars)
+        cut, tail = cut_result(text, tool_result_max_chars, failed is True)
         return Message(
             role="tool",
             text=cut,

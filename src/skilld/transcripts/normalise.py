@@ -6,7 +6,9 @@ empty or placeholder result instead of raising.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Any
@@ -37,12 +39,29 @@ def cut_text(text: str, limit: int) -> str:
 RESULT_TAIL_CHARS = 1500
 
 
-def cut_result(text: str, limit: int) -> tuple[str, str]:
+#: How many of the error lines a failed result's cut dropped are kept in its tail.
+MIDDLE_ERROR_LINES = 8
+#: How much of a cut result's middle is searched for them.
+MIDDLE_SCAN_CHARS = 200_000
+_ERROR_LINE = re.compile(r"^.{0,200}\b(?:error|Error|ERROR|fatal|FATAL)\b.{0,300}$", re.MULTILINE)
+
+
+def cut_result(text: str, limit: int, failed: bool = False) -> tuple[str, str]:
     """A tool result cut as `cut_text` cuts it, and the end the cut dropped (at most
-    `RESULT_TAIL_CHARS`; empty when nothing was cut)."""
+    `RESULT_TAIL_CHARS`; empty when nothing was cut). A failed result's tail opens with the
+    first error lines of the part dropped between (a build's error sits among its warnings)."""
     if len(text) <= limit:
         return text, ""
-    return cut_text(text, limit), text[max(limit, len(text) - RESULT_TAIL_CHARS) :]
+    end = max(limit, len(text) - RESULT_TAIL_CHARS)
+    # From a line's start: a word the cut went through (half a token) is no word to read.
+    line_start = text.find("\n", end)
+    tail = text[line_start + 1 :] if line_start != -1 else ""
+    if failed and end > limit:
+        middle = _ERROR_LINE.finditer(text, limit, min(end, limit + MIDDLE_SCAN_CHARS))
+        found = [match.group(0) for match in itertools.islice(middle, MIDDLE_ERROR_LINES)]
+        if found:
+            tail = "\n".join([*found, tail])
+    return cut_text(text, limit), tail
 
 
 def compact_arguments(value: Any) -> str:
@@ -61,10 +80,59 @@ def compact_arguments(value: Any) -> str:
         if isinstance(value, str):
             return cut_text(value, ARGUMENTS_MAX_CHARS)
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        text = _dumped(value)
+        if len(text) > ARGUMENTS_MAX_CHARS and isinstance(value, dict):
+            text = _longest_cut(value, text)
     except (ValueError, TypeError, RecursionError):
         text = str(value)
     return cut_text(text, ARGUMENTS_MAX_CHARS)
+
+
+def _dumped(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+#: How much of a long argument's end is kept: a shell command's last part (`… && gcc x.c`)
+#: is often the one that fails, after a long first one (`echo '<a file>' > x.c`).
+ARGUMENT_TAIL_CHARS = 200
+#: A command's quoted words and here-documents: where a long command is cut, its shell
+#: structure kept (`echo '#include…[cut 900 chars]…}' > x.c && gcc x.c`).
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"|<<-?\s*['\"]?(\w+)['\"]?\n.*?\n\1\b", re.DOTALL)
+
+
+def _longest_cut(arguments: dict[Any, Any], dumped: str) -> str:
+    """`arguments` as JSON within `ARGUMENTS_MAX_CHARS`, its longest string value cut with a
+    marker inside its longest quoted word if that is long enough, else in its middle, its
+    start and end kept: the arguments stay JSON, and a command keeps its structure and end.
+    `dumped` (too long) when the value is too short to cut so."""
+    key = max(arguments, key=lambda k: len(v) if isinstance(v := arguments[k], str) else -1)
+    text = arguments[key]
+    if not isinstance(text, str):
+        return dumped
+    quoted = max(_QUOTED.finditer(text[:100_000]), key=lambda m: m.end() - m.start(), default=None)
+    drop = len(dumped) - ARGUMENTS_MAX_CHARS + 32
+    for _ in range(6):  # the escapes JSON adds: each round cuts what the last overshot
+        if quoted is not None and quoted.end() - quoted.start() >= drop + 40:
+            start = quoted.start() + (quoted.end() - quoted.start() - drop) // 2
+        elif len(text) - drop >= ARGUMENT_TAIL_CHARS + 60:
+            start = len(text) - drop - ARGUMENT_TAIL_CHARS
+        else:
+            return dumped
+        cut = _dumped({**arguments, key: _cut_between_words(text, start, start + drop)})
+        if len(cut) <= ARGUMENTS_MAX_CHARS:
+            return cut
+        drop += len(cut) - ARGUMENTS_MAX_CHARS
+    return dumped
+
+
+def _cut_between_words(text: str, start: int, end: int) -> str:
+    """`text` without `text[start:end]`, widened to whole words, and a marker: the words the
+    cut went through are dropped on both sides (half a secret is no shape redaction knows)."""
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    return f"{text[:start]}…[cut {end - start} chars]…{text[end:]}"
 
 
 def content_text(content: Any) -> str:

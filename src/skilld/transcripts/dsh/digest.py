@@ -360,7 +360,7 @@ class Digester:
                 text = f"[error] {text}"
             known_name = self.state.calls.get(call_id) if call_id else None
             fallback_name = data.get("name")
-            cut, tail = cut_result(text, self.tool_result_max_chars)
+            cut, tail = cut_result(text, self.tool_result_max_chars, failed)
             self._emit(
                 Message(
                     "tool",
