@@ -180,6 +180,38 @@ def test_a_claude_code_failure_is_named_by_its_tool_use_id_and_its_branch(
     assert occurrence["error"] == "fatal: The current branch feat-claude has no upstream branch."
 
 
+def test_a_call_replayed_in_a_later_read_is_one_occurrence(workspace: Workspace) -> None:
+    """A transcript that replays its history after a tick read it (a resumed session writes
+    the same tool call again): the same id failing the same way is the call already kept."""
+    claude_root = workspace.root / "claude"
+    claude_session(claude_root, str(workspace.root))
+    workspace.sources = [{"kind": "claude-code", "path": str(claude_root)}]
+    workspace.settings["evolve"] = {"min_messages": 1000}
+    workspace.write_config()
+    assert workspace.cli("once").returncode == 0
+    (session,) = (claude_root / "-home-dev-shop").glob("*.jsonl")
+    replayed = [json.loads(line) for line in session.read_text(encoding="utf-8").splitlines()]
+    for record in replayed:
+        record["uuid"] += "-again"
+        record["timestamp"] = "2026-01-05T09:00:00.000Z"
+    with session.open("a", encoding="utf-8") as file:
+        file.writelines(json.dumps(record) + "\n" for record in replayed)
+    assert workspace.cli("once").returncode == 0
+    (row,) = cli_json(workspace, "failures", "--json")
+    assert row["occurrences"] == 1
+    (occurrence,) = cli_json(workspace, "failures", "show", row["id"], "--json")["occurrences"]
+    assert occurrence["call_id"] == TOOL_USE_ID
+    # Control: another call failing the same way later in the session is an occurrence.
+    again = [dict(record, uuid=record["uuid"] + "-new") for record in replayed]
+    for record in again:
+        text = json.dumps(record).replace(TOOL_USE_ID, "toolu_01Another")
+        with session.open("a", encoding="utf-8") as file:
+            file.write(text + "\n")
+    assert workspace.cli("once").returncode == 0
+    (row,) = cli_json(workspace, "failures", "--json")
+    assert row["occurrences"] == 2
+
+
 def test_show_reads_where_it_happened_and_an_unknown_failure_is_refused(
     recorded: Workspace,
 ) -> None:

@@ -476,7 +476,8 @@ def test_every_phrase_of_a_class_is_found(phrases: tuple[str, ...], cls: str) ->
     phrases are first looked for by."""
     for phrase in phrases:
         text = f"Exit code 1\nError: {phrase.upper()} (see log)"
-        assert classify("make", "make", text, 1, repeated=False) == cls, phrase
+        line = first_error_line(text)
+        assert classify("make", "make", text, line, 1, repeated=False) == cls, phrase
 
 
 def test_a_failure_is_resolved_by_a_later_success_of_its_head_only() -> None:

@@ -38,7 +38,6 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from skilld.effect.signature import (
-    MASKS,
     call_heads,
     exit_code_of,
     failing_part,
@@ -261,10 +260,11 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
             answered[call_id] = message.text
         called = calls.pop(call_id, None) if call_id else None
         # A poll's result is its command's, unless the poll itself failed.
-        polls = not message.text.startswith(_POLL_FAILED)
-        if called is not None and called.name == POLL_TOOL and polls:
+        if called is not None and called.name == POLL_TOOL and not _poll_failed(message):
             called = _polled_command(called, running)
-        named = message.tool_name if message.tool_name != POLL_TOOL or not polls else None
+        named = message.tool_name
+        if named == POLL_TOOL and not _poll_failed(message):
+            named = None
         tool = named or (called.name if called is not None else "tool")
         arguments = called.arguments if called is not None else ""
         if (
@@ -279,7 +279,7 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         failure: Failure | None = None
         if message.failed is not True:
             heads = call_heads(tool, arguments)
-            if heads and "|" in arguments and MASKS.search(arguments):  # may hide a status
+            if heads and "|" in arguments:  # may hide a status (`masked_head` tells)
                 failure = _masked(message, seq, ts, tool, arguments, cwd)
             if failure is None:
                 for head in heads or (tool,):
@@ -296,6 +296,10 @@ def extract(messages: Sequence[Message], first_seq: int, *, cwd: str | None = No
         _count(counts, failure.command, seq, ts, False)
     runs = _counted(counts)
     return Extraction(runs, resolve(failures, runs))
+
+
+def _poll_failed(message: Message) -> bool:
+    return message.text.startswith(_POLL_FAILED)
 
 
 def _still_running(text: str) -> re.Match[str] | None:
@@ -342,11 +346,13 @@ def classify(
     script: str | None,
     head: str,
     text: str,
+    line: str,
     exit_code: int | None,
     repeated: bool,
     refused_by: Refusal | None = None,
 ) -> str:
-    """The class of one failed call (see the module docstring). `repeated`: its head already
+    """The class of one failed call (see the module docstring); `line`: its first error line
+    (`first_error_line` of `text`). `repeated`: its head already
     failed in this turn and this result has no error line of its own; `refused_by`: who
     refused it, as the agent's reader knows."""
     sample = text[:4000]
@@ -366,7 +372,6 @@ def classify(
     # `grep` exiting 1 found nothing (with an error message, a part before it failed);
     # `which` exiting 1 says "not found", which is its answer.
     program = head.split(" ", 1)[0]
-    line = first_error_line(sample)
     if exit_code == 1 and (
         program in LOOKUPS
         or ((head in BENIGN_ON_ONE or program in BENIGN_ON_ONE) and not reads_as_error(line))
@@ -415,15 +420,15 @@ def _failure(
     text = _output(message)
     head, line = failing_part(tool, arguments, text)
     exit_code = message.exit_code if message.exit_code is not None else exit_code_of(text)
-    failure = _failed(message, seq, ts, tool, arguments, head, line, "real", exit_code, cwd)
+    script = shell_script(tool, arguments)
+    ran = script if script is not None else arguments
+    failure = _failed(message, seq, ts, tool, ran, head, line, "real", exit_code, cwd)
     # Only a burst's first counts: the same failure again, or the same command failing again
     # with nothing of its own to say, before the user speaks.
     repeated = _retried(failure, arguments) in failed_this_turn or (
         head in failed_this_turn and head != tool and not says_what_failed(line)
     )
-    cls = classify(
-        shell_script(tool, arguments), head, text, exit_code, repeated, message.refused_by
-    )
+    cls = classify(script, head, text, line, exit_code, repeated, message.refused_by)
     return failure._replace(cls=cls)
 
 
@@ -435,8 +440,10 @@ def _masked(
     head = masked_head(tool, arguments, text)
     if head is None:
         return None
-    cls = "test" if _is_test(head, shell_script(tool, arguments)) else "masked"
-    return _failed(message, seq, ts, tool, arguments, head, first_error_line(text), cls, None, cwd)
+    script = shell_script(tool, arguments)
+    cls = "test" if _is_test(head, script) else "masked"
+    ran = script if script is not None else arguments
+    return _failed(message, seq, ts, tool, ran, head, first_error_line(text), cls, None, cwd)
 
 
 def _failed(
@@ -444,17 +451,17 @@ def _failed(
     seq: int,
     ts: str | None,
     tool: str,
-    arguments: str,
+    ran: str,
     head: str,
     line: str,
     cls: str,
     exit_code: int | None,
     cwd: str | None,
 ) -> Failure:
+    """A failure of `tool` (which ran `ran`: its script, else its arguments)."""
     branch = message.git.branch if message.git is not None else None
     redacted = _redacted(line)
     error = normalise_error(redacted, cwd, branch)
-    script = shell_script(tool, arguments)
     return Failure(
         seq,
         ts,
@@ -466,7 +473,7 @@ def _failed(
         exit_code,
         False,
         message.tool_call_id,
-        _run(script if script is not None else arguments),
+        _run(ran),
         redacted,
         branch,
     )
@@ -477,9 +484,11 @@ def _output(message: Message) -> str:
     return f"{message.text}\n{message.tail}" if message.tail else message.text
 
 
+@functools.lru_cache(maxsize=1024)
 def _run(command: str) -> str:
     """A failing call's command as an occurrence keeps it: redacted, then cut (a cut first
-    could leave the start of a secret the redaction no longer recognises)."""
+    could leave the start of a secret the redaction no longer recognises). Remembered: the
+    command that fails again is what the effect measure is about."""
     return redact(command).text[:RUN_MAX_CHARS]
 
 

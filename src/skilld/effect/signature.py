@@ -668,7 +668,12 @@ def masked_head(tool: str, arguments: str, text: str) -> str | None:
     (`MASKED_ERROR`), because a pipe or `||` hid the exit status (`MASKS`); else None. A part
     that only shows text (`cat`, `grep`, `git log`) is not masked by what the text says."""
     # The arguments' JSON holds a mask's `|` as it is: looked for before anything is decoded.
-    if not MASKS.search(arguments) or not _may_hold_error(text):
+    if not MASKS.search(arguments):
+        return None
+    heads = _maskable_heads(call_heads(tool, arguments))
+    if not heads:
+        return None  # `grep x | head`: only parts that show text
+    if not _may_hold_error(text) and ("||" not in arguments or "echo" not in arguments):
         return None
     script = shell_script(tool, arguments)
     if script is None or not MASKS.search(script):
@@ -676,28 +681,31 @@ def masked_head(tool: str, arguments: str, text: str) -> str | None:
     lines = error_lines(text)
     if not any(MASKED_ERROR.match(line) for line in lines) and not _echoed_failure(script, lines):
         return None
-    heads = [
-        head
-        for head in call_heads(tool, arguments)
-        if _program_of(head) not in PLAIN_PROGRAMS
-        and _program_of(head) not in PIPE_FILTERS
-        and head not in SHOWING_HEADS
-    ]
-    if not heads:
-        return None
     return _attributed(heads, lines, _first_error(lines), script)
 
 
+@functools.lru_cache(maxsize=1024)
+def _maskable_heads(heads: tuple[str, ...]) -> tuple[str, ...]:
+    """The heads whose failure a mask may hide: not a part that only shows text."""
+    return tuple(
+        head
+        for head in heads
+        if _program_of(head) not in PLAIN_PROGRAMS
+        and _program_of(head) not in PIPE_FILTERS
+        and head not in SHOWING_HEADS
+    )
+
+
 def _may_hold_error(text: str) -> bool:
-    """Whether `text` holds a word of `MASKED_ERROR` or of a failure's echo (substring tests:
-    no pattern runs over the output of every masked call that went well)."""
+    """Whether `text` holds a word of `MASKED_ERROR` (substring tests: no pattern runs over
+    the output of every masked call that went well)."""
     return (
-        "rror" in text
+        "rror:" in text
         or "fatal:" in text
         or "Traceback (" in text
+        or "rror[" in text
         or "not found" in text
         or "No such file" in text
-        or "ail" in text  # failed, Failed, FAIL
         or "***" in text  # make
     )
 
@@ -970,8 +978,8 @@ def _with_subcommand(program: str, arguments: list[str]) -> str:
 def _subcommand(program: str, arguments: list[str]) -> tuple[str, int]:
     """The program and its sub-command word if it has one, and how many of `arguments` that
     took to tell."""
-    if program in TARGET_PROGRAMS or COMPILERS.match(program) is not None:
-        return program, 0  # `gcc -I include t.c`: no sub-command
+    if _takes_no_subcommand(program):
+        return program, 0  # `make vsla_static`, `gcc -I include t.c`
     skip_value = False
     for index, word in enumerate(arguments):
         if skip_value:
@@ -984,6 +992,11 @@ def _subcommand(program: str, arguments: list[str]) -> tuple[str, int]:
             return f"{program} {word}", index + 1
         return program, index + 1
     return program, len(arguments)
+
+
+@functools.lru_cache(maxsize=1024)
+def _takes_no_subcommand(program: str) -> bool:
+    return program in TARGET_PROGRAMS or COMPILERS.match(program) is not None
 
 
 def _inline_script(arguments: list[str]) -> str | None:

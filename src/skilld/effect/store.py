@@ -158,12 +158,17 @@ def record_reads(conn: sqlite3.Connection, reads: Sequence[ReadRecord]) -> set[s
         for f in read.failures
     ]  # fmt: skip
     if failures:
+        # A call an earlier read recorded, replayed (the same id failing the same way at a
+        # later message): one occurrence, as within a read (`extract`).
         conn.executemany(
             "INSERT OR IGNORE INTO effect_failures(session, seq, ts, tool, command, error,"
             " signature, class, exit_code, resolved, source, repository, session_ts,"
             " failure_id, call_id, run, line, branch)"
-            f" VALUES (?, ?, {_NULLABLE}, ?, ?, ?, ?, ?, {_NULLABLE}, ?, ?, {_NULLABLE}, ?,"
-            f" ?, {_NULLABLE}, {_NULLABLE}, {_NULLABLE}, {_NULLABLE})",
+            " SELECT ?1, ?2, NULLIF(?3, ''), ?4, ?5, ?6, ?7, ?8, NULLIF(?9, ''), ?10, ?11,"
+            " NULLIF(?12, ''), ?13, ?14, NULLIF(?15, ''), NULLIF(?16, ''), NULLIF(?17, ''),"
+            " NULLIF(?18, '')"
+            " WHERE ?15 = '' OR NOT EXISTS (SELECT 1 FROM effect_failures WHERE session = ?1"
+            " AND call_id = ?15 AND signature = ?7 AND seq <> ?2)",
             failures,
         )
     return {session for *_, session in changed} | _resolve_earlier(conn, first_seq, last_ok)
