@@ -153,7 +153,9 @@ def build(root: Path, skills: int, failures: int, hot: int, seed: int = 7) -> Pa
             (LIBRARY, name, str(folder / "SKILL.md"), sha256_hex(data), key, 0, 9, at, at,
              json.dumps(git))
         )  # fmt: skip
-        detail = json.dumps({"messages": [0, 9], "git": git, "version": 1})
+        detail = json.dumps(
+            {"messages": [0, 9], "git": git, "version": 1, "targets": [f"sig-{index}"]}
+        )
         events.append((at, "created", LIBRARY, name, key, SOURCE, "learned", detail))
         record = new_record(learned, created_by="agent")
         record.update(use_count=3, last_used_at=format_timestamp(learned))

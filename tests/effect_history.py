@@ -85,9 +85,22 @@ def learn_skill(
     window: tuple[int, int] = (0, 5),
     repository: str | None = REPOSITORY,
     kind: str = "created",
+    targets: tuple[str, ...] | None = None,
 ) -> None:
-    """skilld wrote `name` at `when` from `session`'s messages `window`."""
+    """skilld wrote `name` at `when` from `session`'s messages `window`, targeting `targets`
+    (None: every counted failure the window shows, as a reply naming them all in `ends`)."""
     clock.now = when
+    if targets is None:
+        targets = tuple(
+            dict.fromkeys(
+                row[0]
+                for row in state.conn.execute(
+                    "SELECT signature FROM effect_failures WHERE session = ?"
+                    " AND seq BETWEEN ? AND ? AND class IN ('real', 'hook', 'masked') ORDER BY seq",
+                    (session, *window),
+                )
+            )
+        )
     git: dict[str, Any] | None = (
         {"repository": repository, "branch": "main", "commit": None, "how": "recorded"}
         if repository
@@ -110,5 +123,5 @@ def learn_skill(
         session=session,
         source="claude-code",
         reason="learned",
-        detail={"messages": list(window), "git": git},
+        detail={"messages": list(window), "git": git, "targets": list(targets)},
     )

@@ -52,7 +52,7 @@ def skill_reply(
     description: str | None = None,
     when: str = "When the tests fail.",
     reason: str = "A reusable procedure.",
-    **extra: str,
+    **extra: Any,
 ) -> Reply:
     """An evolve reply; `extra` adds keys (e.g. `scope`)."""
     payload = {

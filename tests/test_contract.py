@@ -181,8 +181,32 @@ def test_extra_keys_are_ignored() -> None:
     parsed = parse_reply(json.dumps(document))
     assert isinstance(parsed, Proposal)
     assert not hasattr(parsed, "allowed-tools")
-    assert set(vars(parsed)) == {"name", "description", "when_to_use", "content", "reason", "scope"}
+    assert set(vars(parsed)) == {
+        "name", "description", "when_to_use", "content", "reason", "scope", "ends",
+    }  # fmt: skip
     assert parsed.scope == "user"
+    assert parsed.ends == ()
+
+
+def test_ends_names_only_failures_the_window_showed() -> None:
+    document = proposal_document("body") | {"ends": ["F2", "F1", "F2"]}
+    parsed = parse_reply(json.dumps(document), failure_ids=["F1", "F2", "F3"])
+    assert isinstance(parsed, Proposal) and parsed.ends == ("F2", "F1")
+    unknown = parse_reply(json.dumps(document | {"ends": ["F9"]}), failure_ids=["F1"])
+    assert isinstance(unknown, Violation)
+    assert "F9" in unknown.reason and "it shows F1" in unknown.reason
+    for wrong in ("F1", [1], [{"id": "F1"}]):
+        refused = parse_reply(json.dumps(document | {"ends": wrong}), failure_ids=["F1"])
+        assert isinstance(refused, Violation) and '"ends"' in refused.reason
+    # A window without failures: an empty list is fine, a named one is not.
+    assert isinstance(parse_reply(json.dumps(document | {"ends": []}), failure_ids=[]), Proposal)
+    assert isinstance(parse_reply(json.dumps(document), failure_ids=[]), Violation)
+
+
+def test_a_merge_reply_is_not_asked_for_ends() -> None:
+    document = proposal_document("body") | {"ends": ["F7"]}
+    parsed = parse_reply(json.dumps(document))
+    assert isinstance(parsed, Proposal) and parsed.ends == ()
 
 
 def test_scope_is_the_one_optional_key() -> None:
@@ -289,8 +313,10 @@ def test_schema_is_strict_mode_compatible() -> None:
         "whenToUse",
         "content",
         "reason",
+        "ends",
     }
     assert PROPOSAL_SCHEMA["properties"]["evolve"]["type"] == "boolean"
+    assert PROPOSAL_SCHEMA["properties"]["ends"]["items"] == {"type": "string"}
     json.dumps(PROPOSAL_SCHEMA)
 
 

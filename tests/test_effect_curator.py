@@ -38,7 +38,7 @@ def learned_from_failure(app: App, name: str, session: str, command: str, signat
     git = {"repository": REPOSITORY, "branch": "main", "commit": None, "how": "recorded"}
     app.state.add_event(
         "created", library=LIBRARY, skill=name, session=session, source="claude-code",
-        detail={"messages": [0, 5], "git": git},
+        detail={"messages": [0, 5], "git": git, "targets": [signature]},
     )  # fmt: skip
 
 
@@ -70,6 +70,8 @@ def test_helps_keeps_a_skill_active_and_worse_is_reported(app: App, clock: Clock
     assert state_of(app, "push-upstream") in (None, "active")
     (worse,) = report.worse
     assert worse["name"] == "run-migrations"
-    assert worse["evidence"].startswith("loaded in 12 of 12 later sessions; failed again in 10")
+    assert worse["evidence"].startswith(
+        "loaded in 12 of 12 later sessions that ran `make migrate`; failed again in 10 of them"
+    )
     assert report.as_dict()["worse"] == report.worse
     assert (app.library.root / "run-migrations" / "SKILL.md").is_file()

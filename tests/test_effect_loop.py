@@ -15,6 +15,7 @@ from typing import Any
 
 from skilld.app import open_app
 from skilld.config import load_config
+from skilld.effect import failure_id
 from skilld.mcp_tools import SkillTools
 from skilld.reports.effect import effect_week
 from tests.conftest import Workspace
@@ -126,9 +127,10 @@ def test_effect_after_real_ticks(workspace: Workspace, fake_llm: FakeLLM) -> Non
     skill_file = workspace.skills / "push-upstream" / "SKILL.md"
     (row,) = effect_json(workspace)
     assert row["source_failures"] == [
-        {"signature": PUSH_SIGNATURE, "class": "real", "command": "git push"}
-    ]
-    assert row["before"] == {"sessions": 6, "exposures": 6, "failures": 4}
+        {"id": failure_id(PUSH_SIGNATURE), "signature": PUSH_SIGNATURE, "class": "real",
+         "command": "git push"}
+    ]  # fmt: skip
+    assert row["before"] == {"sessions": 6, "failures": 4}
     assert row["verdict"] == "too-early"
 
     # After it: four sessions load it and push cleanly; of eight that never load it, three fail.
@@ -143,18 +145,17 @@ def test_effect_after_real_ticks(workspace: Workspace, fake_llm: FakeLLM) -> Non
     once(workspace)
 
     (row,) = effect_json(workspace)
-    assert row["before"] == {"sessions": 6, "exposures": 6, "failures": 4}
+    assert row["before"] == {"sessions": 6, "failures": 4}
     assert row["after"] == {
         "sessions": 12,
-        "exposures": 12,
         "failures": 3,
-        "loaded_exposures": 4,
+        "loaded_sessions": 4,
         "loaded_failures": 0,
     }
     assert row["verdict"] == "not-triggered"
     assert row["evidence"] == (
-        "loaded in 4 of 12 later sessions; failed again in 3 (0 where loaded);"
-        " before: failed in 4 of 6"
+        "loaded in 4 of 12 later sessions that ran `git push`; failed again in 0 of those 4"
+        " and in 3 of the other 8; before: failed in 4 of 6"
     )
     recurred = workspace.events("failure_recurred")
     assert sorted(e["session"] for e in recurred) == ["jsonl:a11", "jsonl:a5", "jsonl:a8"]
@@ -170,7 +171,7 @@ def test_effect_after_real_ticks(workspace: Workspace, fake_llm: FakeLLM) -> Non
     text = workspace.cli("effect")
     assert text.returncode == 0
     assert "not-triggered" in text.stdout
-    assert "pooled: 66.7 failures per 100 exposures before, 25 after" in text.stdout
+    assert "pooled: 66.7 failures per 100 sessions before, 25 after" in text.stdout
 
     shown = workspace.cli("skills", "show", "push-upstream", "--json")
     outcome = json.loads(shown.stdout)["effect"]["outcome"]
@@ -181,7 +182,7 @@ def test_effect_after_real_ticks(workspace: Workspace, fake_llm: FakeLLM) -> Non
         skills_page = panel.get("/skills").text
         assert '<th scope="col">Verdict</th>' in skills_page and "not-triggered" in skills_page
         page = panel.get("/skills/default/push-upstream").text
-        assert "Does it help?" in page and "failed in 3 of 12 exposures" in page
+        assert "Does it help?" in page and "failed in 3 of 12 sessions" in page
         event_id = next(e["id"] for e in recurred if e["session"] == "jsonl:a5")
         assert f"before={event_id + 1}" in page
         overview = panel.get("/").text
@@ -215,7 +216,10 @@ def test_effect_after_real_ticks(workspace: Workspace, fake_llm: FakeLLM) -> Non
     (updated,) = workspace.events("updated")
     assert updated["reason"].startswith("The description now names the failure (revision:")
     # The evidence as the tick saw it, the late session's own failure counted.
-    assert "not-triggered; loaded in 4 of 13 later sessions; failed again in 4" in updated["reason"]
+    assert (
+        "not-triggered; loaded in 4 of 13 later sessions that ran `git push`; failed again in 0"
+        " of those 4 and in 4 of the other 9" in updated["reason"]
+    )
     assert NEW_DESCRIPTION in skill_file.read_text()
 
 

@@ -20,7 +20,7 @@ from skilld.effect.measure import (
     learned_failures,
     recurrences,
 )
-from skilld.effect.verdict import Counts, fisher_one_sided, judge, needs_revision, pool
+from skilld.effect.verdict import Counts, fisher_one_sided, judge, pool, revision
 
 DAY0 = datetime(2026, 1, 1, 9, tzinfo=UTC)
 
@@ -64,29 +64,27 @@ def counts(
     *,
     sources: int = 1,
 ) -> Counts:
-    return Counts(
-        sources,
-        before[0],
-        before[1],
-        after[0],
-        after[1],
-        loaded[0],
-        loaded[1],
-        before[0],
-        after[0],
-        loaded[0],
-    )
+    """Sessions (ran, failed) before, after, and after where loaded."""
+    return Counts(sources, *before, *after, *loaded)
 
 
 def test_each_verdict() -> None:
     assert judge(counts((0, 0), (0, 0), sources=0), 10).verdict == "no-failure"
     assert judge(counts((20, 15), (9, 0), (9, 0)), 10).verdict == "too-early"
     assert judge(counts((20, 15), (12, 1), (11, 1)), 10).verdict == "helps"
-    assert judge(counts((20, 5), (12, 3), (6, 3)), 10).verdict == "no-change"
+    assert judge(counts((20, 5), (12, 3), (6, 2)), 10).verdict == "no-change"
     assert judge(counts((20, 1), (12, 9), (12, 9)), 10).verdict == "worse"
-    # Came back only where the skill was not loaded: its description does not trigger it.
-    assert judge(counts((20, 5), (12, 4), (6, 0)), 10).verdict == "not-triggered"
-    assert judge(counts((20, 1), (12, 9), (3, 0)), 10).verdict == "not-triggered"
+    # Loaded in too few sessions to tell, and still failing: its description does not bring
+    # it in.
+    assert judge(counts((20, 5), (12, 4), (0, 0)), 10).verdict == "not-triggered"
+    assert judge(counts((20, 1), (12, 9), (2, 0)), 10).verdict == "not-triggered"
+    # Where it was loaded it did not fail; where it was not, the failure came back.
+    assert judge(counts((11, 6), (18, 7), (9, 0)), 10).verdict == "helps-when-loaded"
+    assert judge(counts((0, 0), (30, 12), (15, 0)), 10).verdict == "helps-when-loaded"
+
+
+def test_loaded_often_and_failing_as_often_is_no_change_not_untriggered() -> None:
+    assert judge(counts((20, 5), (20, 5), (14, 4)), 10).verdict == "no-change"
 
 
 def test_min_exposures_is_the_threshold() -> None:
@@ -95,30 +93,36 @@ def test_min_exposures_is_the_threshold() -> None:
     assert judge(measured, 5).verdict == "helps"
 
 
-def test_evidence_is_one_sentence_with_the_counts() -> None:
-    outcome = judge(counts((9, 5), (12, 4), (6, 3)), 10)
+def test_evidence_names_one_unit_the_sessions() -> None:
+    outcome = judge(counts((11, 6), (18, 7), (9, 0)), 10, heads=["git push"])
     assert outcome.evidence == (
-        "loaded in 6 of 12 later sessions; failed again in 4 (3 where loaded);"
-        " before: failed in 5 of 9"
+        "loaded in 9 of 18 later sessions that ran `git push`; failed again in 0 of those 9"
+        " and in 7 of the other 9; before: failed in 6 of 11"
+    )
+    none_loaded = judge(counts((9, 5), (12, 4)), 10, heads=["make", "git push"]).evidence
+    assert none_loaded == (
+        "loaded in 0 of 12 later sessions that ran `make` or `git push`; failed again in 4 of"
+        " them; before: failed in 5 of 9"
     )
     early = judge(counts((0, 0), (2, 0), (1, 0)), 10).evidence
     assert early.startswith("2 of the 10 later sessions needed;")
     assert "no earlier session ran it" in early
 
 
-def test_revision_is_offered_for_routing_and_content_problems() -> None:
-    assert needs_revision("not-triggered", 0)
-    assert needs_revision("no-change", 2) and needs_revision("worse", 1)
-    assert not needs_revision("no-change", 0)
-    assert not needs_revision("helps", 3) and not needs_revision("too-early", 3)
+def test_revision_follows_the_verdict() -> None:
+    assert revision("not-triggered", 0) == "routing"
+    assert revision("helps-when-loaded", 0) == "routing"
+    assert revision("no-change", 2) == "content" and revision("worse", 1) == "content"
+    assert revision("no-change", 0) is None
+    assert revision("helps", 3) is None and revision("too-early", 3) is None
 
 
 def test_pooled_figure_sums_measured_skills_only() -> None:
     pooled = pool(
         [counts((10, 5), (10, 1)), counts((30, 10), (10, 0)), counts((5, 5), (5, 5), sources=0)]
     )
-    assert (pooled.before_failures, pooled.before_exposures) == (15, 40)
-    assert (pooled.after_failures, pooled.after_exposures) == (1, 20)
+    assert (pooled.before_failures, pooled.before_sessions) == (15, 40)
+    assert (pooled.after_failures, pooled.after_sessions) == (1, 20)
     assert (pooled.before_per_100, pooled.after_per_100) == (37.5, 5.0)
 
 
@@ -137,25 +141,29 @@ def run(
     return SessionRun(index, session, "claude-code", repo, at(day_), failed)
 
 
-def test_learned_failures_keep_resolved_real_and_hook_inside_the_window() -> None:
-    version = Version(at(41), "src", 5, 9, REPO)
+def test_learned_failures_are_the_counted_targets_inside_the_window() -> None:
+    targets = ("sig-push", "sig-red", "sig-late", "sig-hook")
+    version = Version(at(41), "src", 5, 9, REPO, targets)
     window = [
         SourceFailure("src", 6, "sig-push", "real", "git push", True),
         SourceFailure("src", 7, "sig-red", "test", "pytest", True),  # a red test: not counted
-        SourceFailure("src", 8, "sig-lost", "real", "git rebase", False),  # never resolved
+        SourceFailure("src", 8, "sig-other", "real", "git rebase", True),  # not targeted
         SourceFailure("src", 12, "sig-late", "real", "make", True),  # outside the window
-        SourceFailure("src", 9, "sig-hook", "hook", "git commit", True),
+        SourceFailure("src", 9, "sig-hook", "hook", "git commit", False),
     ]
     learned = learned_failures([version], window)
     assert [failure.signature for _, failure in learned] == ["sig-push", "sig-hook"]
+    # A version that targets nothing, or waits for its targets to be worked out, has none.
+    assert learned_failures([version._replace(targets=())], window) == []
+    assert learned_failures([version._replace(targets=None)], window) == []
     anchors = anchors_of([version], window, {"src": "claude-code"})
     assert [a.command for a in anchors] == ["git push", "git commit"]
     assert anchors_of([version], window, {}) == []  # a session state.db never recorded
 
 
 def test_a_signature_is_anchored_at_the_first_version_that_learned_it() -> None:
-    first = Version(at(10), "s1", 0, 9, None)
-    second = Version(at(30), "s2", 0, 9, None)
+    first = Version(at(10), "s1", 0, 9, None, ("sig-make",))
+    second = Version(at(30), "s2", 0, 9, None, ("sig-make", "sig-push"))
     failures = [
         SourceFailure("s1", 3, "sig-make", "real", "make", True),
         SourceFailure("s2", 4, "sig-make", "real", "make", True),
@@ -177,10 +185,9 @@ def test_combine_takes_out_the_source_sessions_and_splits_the_loaded() -> None:
         source_runs=[run(0, "src", 39, failed=True)],
         loaded_runs=[run(0, "a1", 50), run(0, "a2", 51, failed=True), run(0, "src", 39)],
     )
-    assert (counts.before_exposures, counts.before_failures) == (3, 2)
-    assert (counts.after_exposures, counts.after_failures) == (4, 2)
-    assert (counts.loaded_exposures, counts.loaded_failures, counts.loaded_sessions) == (2, 1, 2)
-    assert (counts.before_sessions, counts.after_sessions) == (3, 4)
+    assert (counts.before_sessions, counts.before_failures) == (3, 2)
+    assert (counts.after_sessions, counts.after_failures) == (4, 2)
+    assert (counts.loaded_sessions, counts.loaded_failures) == (2, 1)
     assert newest == at(53)
 
 
@@ -193,12 +200,17 @@ def test_combine_ignores_sessions_outside_the_group() -> None:
         source_runs=[run(0, "src", 39, failed=True, repo="github.com/acme/else")],
         loaded_runs=[run(0, "x", 50, repo="github.com/acme/else")],
     )
-    assert (counts.before_exposures, counts.loaded_exposures) == (0, 0)
+    assert (counts.before_sessions, counts.loaded_sessions) == (0, 0)
 
 
 def test_several_failures_count_a_session_once() -> None:
     anchors = [anchor(10, signature="sig-make"), anchor(30, signature="sig-push", session="s2")]
-    exposed = [run(0, "mid", 20), run(0, "late", 40), run(1, "mid", 20), run(1, "late", 40)]
+    exposed = [
+        run(0, "mid", 20),
+        run(0, "late", 40, failed=True),
+        run(1, "mid", 20, failed=True),
+        run(1, "late", 40, failed=True),
+    ]
     counts, _ = combine(
         anchors,
         [AnchorCounts(0, 0, 2, 1, at(40)), AnchorCounts(1, 1, 1, 1, at(40))],
@@ -207,9 +219,11 @@ def test_several_failures_count_a_session_once() -> None:
         loaded_runs=[run(0, "late", 40), run(1, "late", 40, failed=True)],
         exposed_runs=exposed,
     )
-    assert (counts.before_exposures, counts.after_exposures, counts.after_failures) == (1, 3, 2)
-    assert (counts.before_sessions, counts.after_sessions) == (1, 2)
-    assert (counts.loaded_exposures, counts.loaded_failures, counts.loaded_sessions) == (2, 1, 1)
+    # "mid" is after the first failure's version and before the second's: one session each
+    # side; "late" failed twice and counts once.
+    assert (counts.before_sessions, counts.before_failures) == (1, 1)
+    assert (counts.after_sessions, counts.after_failures) == (2, 1)
+    assert (counts.loaded_sessions, counts.loaded_failures) == (1, 1)
 
 
 def test_recurrences_are_after_sessions_with_the_loaded_flag() -> None:

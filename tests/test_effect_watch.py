@@ -21,7 +21,7 @@ from tests.effect_history import LIBRARY, REPOSITORY, Clock, day, learn_skill, p
 from tests.fakellm import FakeLLM, skip_reply
 from tests.test_backfill import Clock as BackfillClock
 from tests.test_backfill import evolver, write_session
-from tests.test_failures_tick import call, checkout
+from tests.test_failures_tick import PUSH_SIGNATURE, call, checkout
 
 MIN_EXPOSURES = 3
 #: (command head, signature) of each skill's source failure; "ls" is no skill's.
@@ -159,8 +159,8 @@ def test_a_session_that_learns_its_repository_reaches_what_it_ran(
 def test_a_failure_resolved_later_reaches_the_skill_learned_before_the_fix(
     tmp_path: Path, measured: list[int | None]
 ) -> None:
-    """A skill learned from a window whose failure was not yet fixed has no source failure;
-    the session's later read fixes it, and the skill learned there is measured again."""
+    """A skill learned from a window whose failure was not yet fixed targets it already; the
+    session's later read fixes it, and the skill learned there is measured again."""
     clock = Clock()
     state = StateDB(tmp_path / "state.db", clock=clock)
     learned_skills(state, clock)
@@ -171,7 +171,7 @@ def test_a_failure_resolved_later_reaches_the_skill_learned_before_the_fix(
     (before,) = [
         row for row in look(state, None).measurement["rows"] if row["name"] == "make-build"
     ]
-    assert before["source_failures"] == []
+    assert [failure["signature"] for failure in before["source_failures"]] == ["sig-make"]
     reach = Reach(store.generation(state.conn))
     record_as_a_tick(state, reach, source, day(10.6).isoformat(), make[0], None, first=10)
     kept = look(state, reach)
@@ -307,7 +307,7 @@ async def test_the_ticks_keep_a_fresh_measurement(
             session="jsonl:src",
             source="jsonl",
             reason="learned",
-            detail={"messages": [0, 5]},
+            detail={"messages": [0, 5], "targets": [PUSH_SIGNATURE]},
         )
         write_session(sessions, "a1", timed(pushed(fails=True, fixes=False), now, shop))
         await tick(None)  # a skill written since the last measurement

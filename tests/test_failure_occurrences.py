@@ -389,6 +389,15 @@ def test_the_skill_learned_from_a_failure_is_named_with_its_verdict(workspace: W
                 " '2026-01-01T11:00:00+00:00', '2026-01-01T11:00:00+00:00')",
                 (name, session),
             )
+        # Each version's event says what it targets: the push failure of its window.
+        (signature,) = conn.execute("SELECT DISTINCT signature FROM effect_failures").fetchone()
+        for name, session in (("push-upstream", "jsonl:one"), ("unrelated", "jsonl:none")):
+            conn.execute(
+                "INSERT INTO events(ts, kind, library, skill, session, source, reason, detail)"
+                " VALUES ('2026-01-01T11:00:00+00:00', 'created', 'default', ?, ?, 'jsonl',"
+                " 'learned', ?)",
+                (name, session, json.dumps({"messages": [0, 5], "targets": [signature]})),
+            )
     (row,) = cli_json(workspace, "failures", "--json")
     assert row["skills"] == [{"library": "default", "name": "push-upstream"}]
     shown = cli_json(workspace, "failures", "show", row["id"], "--json")

@@ -279,10 +279,11 @@ def test_skilld_failures_after_skilld_once(workspace: Workspace) -> None:
         assert panel.get("/api/failures?since=soon").status_code == 400
 
 
-def test_a_skill_learned_from_a_window_names_the_failures_it_resolved(
+def test_a_skill_learned_from_a_window_names_the_failures_it_targets(
     workspace: Workspace,
 ) -> None:
-    """`skills`: the skills whose source window showed the signature resolved."""
+    """`skills`: the skills that target the signature (their version's window showed it, and
+    the version names it)."""
     workspace.settings["evolve"] = {"min_messages": 1000}
     workspace.add_session("one", push_session(branch="feat-1", day=1))
     assert workspace.cli("once").returncode == 0
@@ -291,6 +292,12 @@ def test_a_skill_learned_from_a_window_names_the_failures_it_resolved(
             "INSERT INTO provenance(library, name, path, sha256, session, first_message,"
             " last_message, created_at, updated_at) VALUES ('default', 'push-upstream', 'p',"
             " 'h', 'jsonl:one', 0, 5, '2026-01-01', '2026-01-01')"
+        )
+        conn.execute(
+            "INSERT INTO events(ts, kind, library, skill, session, source, reason, detail)"
+            " VALUES ('2026-01-01T11:00:00+00:00', 'created', 'default', 'push-upstream',"
+            " 'jsonl:one', 'jsonl', 'learned', ?)",
+            (json.dumps({"messages": [0, 5], "targets": [PUSH_SIGNATURE]}),),
         )
         rows = store.failure_rows(conn, covered=covering_skills(conn, None))
     assert rows[0]["skills"] == [{"library": "default", "name": "push-upstream"}]

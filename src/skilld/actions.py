@@ -79,6 +79,7 @@ def approve(app: App, name: str, origin: Origin, library: str | None = None) -> 
 
 def proposal_origin(item: Staged) -> Origin:
     """Who taught the staged proposal: its session, window, model and where it worked."""
+    from skilld.effect.targets import kept_targets
     from skilld.gitinfo import from_json
     from skilld.skills.outcomes import Origin
 
@@ -91,6 +92,7 @@ def proposal_origin(item: Staged) -> Origin:
         model=taught.get("model"),
         prompt_version=taught.get("prompt_version"),
         git=from_json(taught.get("git")),
+        targets=kept_targets(taught.get("targets")),
     )
 
 

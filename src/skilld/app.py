@@ -98,6 +98,25 @@ class App:
     def all_libraries(self) -> list[Library]:
         return [*self.libraries.values(), *self.known_projects()]
 
+    def backfill_targets(self) -> int:
+        """What each version written before targets were recorded targets, worked out once
+        from its skill's body (`skilld.effect.record.backfill_targets`)."""
+        from skilld.effect.record import backfill_targets
+
+        libraries: dict[str, Library] | None = None
+
+        def body_of(library: str, name: str) -> str | None:
+            nonlocal libraries
+            if libraries is None:
+                libraries = {each.name: each for each in self.all_libraries()}
+            chosen = libraries.get(library)
+            if chosen is None:
+                return None
+            entry = chosen.entry(name)
+            return entry.doc.body if entry is not None and entry.doc is not None else ""
+
+        return backfill_targets(self.state, body_of)
+
     def select(self, name: str | None = None, *, skill: str | None = None) -> Library:
         """The library a command acts on: `name` (`--library`), else `$SKILLD_LIBRARY` (an
         agent's hook or MCP entry names its own), else the one that holds `skill`, else the

@@ -23,17 +23,17 @@ def cmd_effect(app: App, args: argparse.Namespace) -> int:
         print("no learned skills")
         return 0
     width = max(len("LIBRARY"), *(len(record.library) for record in records))
-    print(f"{'NAME':<32} {'LIBRARY':<{width}} {'VERDICT':<13} EVIDENCE")
+    print(f"{'NAME':<32} {'LIBRARY':<{width}} {'VERDICT':<17} EVIDENCE")
     for record in records:
         print(
-            f"{record.name:<32} {record.library:<{width}} {record.outcome.verdict:<13}"
+            f"{record.name:<32} {record.library:<{width}} {record.outcome.verdict:<17}"
             f" {record.outcome.evidence}"
         )
     figure = pooled(records)
     print(
-        f"pooled: {_rate(figure.before_per_100)} failures per 100 exposures before,"
+        f"pooled: {_rate(figure.before_per_100)} failures per 100 sessions before,"
         f" {_rate(figure.after_per_100)} after"
-        f" ({figure.before_exposures} and {figure.after_exposures} exposures)"
+        f" ({figure.before_sessions} and {figure.after_sessions} sessions)"
     )
     return 0
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from skilld.commands.common import CommandTable, Parser, print_json_line
+from skilld.commands.common import CommandTable, Parser, print_json_line, terminal_text
 from skilld.config import SOURCE_KINDS, Config, parse_duration
 from skilld.log import configure_logging
 
@@ -173,6 +173,8 @@ def _print_rows(report: ReplayReport) -> None:
     for row in report.rows:
         if row.path:
             print(f"{row.outcome:<8} {row.skill}: {row.path}")
+            for signature in row.targets:
+                print(terminal_text(f"  ends: {signature}"))
 
 
 def _duration(seconds: float) -> str:

@@ -89,6 +89,9 @@ def effect_lines(
         f"{'' if len(sessions) == 1 else 's'} in transcripts;"
         f" last use {report['last_used_at'] or 'never'}",
     ]
+    outcome = report.get("outcome")
+    if outcome:
+        lines.append(f"effect: {outcome['verdict']}: {outcome['evidence']}")
     for version in report["versions"]:
         restored = version.get("restored")
         lines.append(

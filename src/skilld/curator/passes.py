@@ -89,6 +89,7 @@ def _effect_of(app: App, library: Library) -> tuple[dict[str, datetime], list[di
 
     exposed: dict[str, datetime] = {}
     worse: list[dict[str, str]] = []
+    app.backfill_targets()
     for record in effect_records(
         app.state.conn, [library.name], min_exposures=app.config.effect.min_exposures
     ):

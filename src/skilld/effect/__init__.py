@@ -1,6 +1,7 @@
 """Effect (DESIGN.md §13): failing tool calls read from transcripts, and what skills change.
 
-`signature` and `extract` are pure (a read's messages in, runs and failures out); `store` owns
+`signature` and `extract` are pure (a read's messages in, runs and failures out), and so is
+`targets` (what a skill is meant to end, from its window and its reply); `store` owns
 the effect tables of state.db; `record` is what the tick calls as it reads and reflects.
 `verdict` and `measure` are pure too (a skill's counts in, its verdict out); `report` reads
 each learned skill's effect (`skilld effect`); `watch` is what the tick records of it.
@@ -16,6 +17,7 @@ __all__ = [
     "report",
     "signature",
     "store",
+    "targets",
     "verdict",
     "watch",
 ]

@@ -1,17 +1,19 @@
-"""A skill's exposures and recurrences, combined from what state.db counts for it.
+"""A skill's sessions before and after it, combined from what state.db counts for it.
 
-For each source failure of a skill (a counted failure, `real`, `hook` or `masked`, its
-version's source window showed resolved) there is an *anchor*: its signature and command head,
+For each source failure of a skill (a counted failure, `real`, `hook` or `masked`, that a
+version targets: skilld.effect.targets) there is an *anchor*: its signature and command head,
 the agent and repository of the window, and the creation time of the first version that
-learned it. A session of the same agent (and the same repository, when the version's is known)
+targeted it. A session of the same agent (and the same repository, when the version's is known)
 that ran the command is an *exposure*: *after* when its first message is later than the
 anchor's time, *before* when earlier. A *failure* is an exposure in which the signature failed
-again (a counted class). The sessions the skill was learned from count on neither side: they
-were chosen because they failed, and would make any skill look as if it helped.
+again (a counted class). The unit a person reads is the session: a session that ran two of a
+skill's commands counts once, and fails once however many of them failed. The sessions the
+skill was learned from count on neither side: they were chosen because they failed, and would
+make any skill look as if it helped.
 
 `skilld.effect.report` counts each anchor's exposures and failures with one indexed query for
 every skill and reads the few sessions that need a closer look (the source sessions, those
-that loaded the skill, and those of skills learned from several failures); this module
+that loaded the skill, and those of skills with several source failures); this module
 combines them. Pure: plain values in, plain values out.
 """
 
@@ -33,10 +35,13 @@ class Version(NamedTuple):
     last_message: int
     #: The repository the window worked in (host/owner/repo), None when unknown.
     repository: str | None
+    #: The signatures it targets (skilld.effect.targets); None while a version written before
+    #: targets were recorded waits for `record.backfill_targets`.
+    targets: tuple[str, ...] | None = ()
 
 
 class SourceFailure(NamedTuple):
-    """A failure a source window showed (any class; only counted, resolved ones count)."""
+    """A failure a source window showed (any class; only the counted ones it targets count)."""
 
     session: str
     seq: int
@@ -85,7 +90,7 @@ class SessionRun(NamedTuple):
     source: str
     repository: str | None
     session_ts: str
-    failed: bool  # the anchor's signature failed in it (real or hook)
+    failed: bool  # the anchor's signature failed in it (a counted class)
 
 
 class Recurrence(NamedTuple):
@@ -109,17 +114,19 @@ class Measured(NamedTuple):
 def learned_failures(
     versions: Sequence[Version], failures: Iterable[SourceFailure]
 ) -> list[tuple[Version, SourceFailure]]:
-    """The counted failures (real/hook, resolved) each version's window showed, each signature
-    with the first version that learned it."""
+    """The counted failures each version's window showed and the version targets, each
+    signature with the first version that targeted it: a skill keeps the union of its
+    versions' source failures."""
     by_session: dict[str, list[SourceFailure]] = {}
     for failure in failures:
-        if failure.cls in COUNTED_CLASSES and failure.resolved:
+        if failure.cls in COUNTED_CLASSES:
             by_session.setdefault(failure.session, []).append(failure)
     learned: dict[str, tuple[Version, SourceFailure]] = {}
     for version in sorted(versions, key=lambda v: v.at):
+        targets = set(version.targets or ())
         for failure in sorted(by_session.get(version.session, ()), key=lambda f: f.seq):
             inside = version.first_message <= failure.seq <= version.last_message
-            if inside and failure.signature not in learned:
+            if inside and failure.signature in targets and failure.signature not in learned:
                 learned[failure.signature] = (version, failure)
     return list(learned.values())
 
@@ -158,54 +165,50 @@ def combine(
     loaded_runs: Iterable[SessionRun],
     exposed_runs: Iterable[SessionRun] | None = None,
 ) -> tuple[Counts, str | None]:
-    """A skill's counts from its anchors' counts, less its source sessions (`excluded`, read
-    in `source_runs`), with the after-exposures of the sessions that loaded it
-    (`loaded_runs`). `exposed_runs` lists every exposure of a skill with several anchors,
-    so that a session that ran two of its commands counts once in `sessions`; without it,
-    sessions are the exposures."""
+    """A skill's counts of sessions from its anchors' counts, less its source sessions
+    (`excluded`, read in `source_runs`), with the after-sessions that loaded it
+    (`loaded_runs`). `exposed_runs` lists every exposure of a skill with several anchors, so
+    that a session that ran two of its commands counts once, and fails once; with one anchor,
+    its exposures are sessions already."""
     skip = set(excluded)
-    totals = [0, 0, 0, 0]
     newest: str | None = None
     for anchor_counts in counts:
-        totals[0] += anchor_counts.before_exposures
-        totals[1] += anchor_counts.before_failures
-        totals[2] += anchor_counts.after_exposures
-        totals[3] += anchor_counts.after_failures
         if anchor_counts.newest is not None and anchor_counts.after_exposures:
             newest = max(newest or anchor_counts.newest, anchor_counts.newest)
-    for run in source_runs:
-        side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
-        if run.session in skip and side is not None:
-            offset = 0 if side == "before" else 2
-            totals[offset] -= 1
-            totals[offset + 1] -= run.failed
-    loaded = [0, 0]
-    loaded_sessions: set[str] = set()
-    for run in loaded_runs:
-        side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
-        if side == "after" and run.session not in skip:
-            loaded[0] += 1
-            loaded[1] += run.failed
-            loaded_sessions.add(run.session)
-    sessions = [totals[0], totals[2]]
-    if exposed_runs is not None:
-        seen: tuple[set[str], set[str]] = (set(), set())
+    if exposed_runs is None:
+        totals = [0, 0, 0, 0]
+        for anchor_counts in counts:
+            totals[0] += anchor_counts.before_exposures
+            totals[1] += anchor_counts.before_failures
+            totals[2] += anchor_counts.after_exposures
+            totals[3] += anchor_counts.after_failures
+        for run in source_runs:
+            side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
+            if run.session in skip and side is not None:
+                offset = 0 if side == "before" else 2
+                totals[offset] -= 1
+                totals[offset + 1] -= run.failed
+    else:
+        sides: tuple[dict[str, bool], dict[str, bool]] = ({}, {})
         for run in exposed_runs:
             side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
             if side is not None and run.session not in skip:
-                seen[side == "after"].add(run.session)
-        sessions = [len(seen[0]), len(seen[1])]
+                failed = sides[side == "after"]
+                failed[run.session] = failed.get(run.session, False) or run.failed
+        totals = [len(sides[0]), sum(sides[0].values()), len(sides[1]), sum(sides[1].values())]
+    loaded: dict[str, bool] = {}
+    for run in loaded_runs:
+        side = anchors[run.anchor].side(run.source, run.repository, run.session_ts)
+        if side == "after" and run.session not in skip:
+            loaded[run.session] = loaded.get(run.session, False) or run.failed
     measured = Counts(
         source_failures=len(anchors),
-        before_exposures=totals[0],
+        before_sessions=totals[0],
         before_failures=totals[1],
-        after_exposures=totals[2],
+        after_sessions=totals[2],
         after_failures=totals[3],
-        loaded_exposures=loaded[0],
-        loaded_failures=loaded[1],
-        before_sessions=sessions[0],
-        after_sessions=sessions[1],
-        loaded_sessions=len(loaded_sessions),
+        loaded_sessions=len(loaded),
+        loaded_failures=sum(loaded.values()),
     )
     return measured, newest
 

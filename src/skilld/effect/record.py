@@ -7,6 +7,7 @@ once per source by the backfill pass over history the tick itself never holds.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from skilld.effect import store
 from skilld.effect.extract import COUNTED_CLASSES, extract, utc_iso
+from skilld.effect.targets import targeted_in_body
 from skilld.effect.watch import Reach
 from skilld.gitinfo import GitContext
 from skilld.transcripts.model import Cursor, ScanResult, SessionRead
@@ -193,3 +195,46 @@ def _repository(read: SessionRead) -> str | None:
         if message.git is not None and message.git.repository:
             return message.git.repository
     return None
+
+
+#: state.db meta: the id of the first learning event `backfill_targets` has not settled.
+TARGETS_FROM_KEY = "effect_targets_from"
+
+
+def backfill_targets(state: StateDB, body_of: Callable[[str, str], str | None]) -> int:
+    """Work out what each version written before targets were recorded targets, once: the
+    counted failures of its window, resolved there (what such a version was credited with
+    before), whose command head the skill's body names (`body_of(library, name)`: the text
+    on disk; None when its library is not at hand now, to be tried again). Kept in
+    `effect_targets` by the version's event id; how many were settled."""
+    conn = state.conn
+    start = int(state.get_meta(TARGETS_FROM_KEY, 0) or 0)
+    rows = conn.execute(
+        "SELECT id, library, skill, session, json_extract(detail, '$.messages[0]'),"
+        " json_extract(detail, '$.messages[1]') FROM events"
+        " WHERE id >= ? AND kind IN ('created', 'updated', 'merged') AND skill IS NOT NULL"
+        " AND json_type(detail, '$.messages[0]') = 'integer'"
+        " AND json_type(detail, '$.messages[1]') = 'integer'"
+        " AND json_type(detail, '$.targets') IS NULL"
+        " AND NOT EXISTS (SELECT 1 FROM effect_targets AS t WHERE t.event = events.id)"
+        " ORDER BY id",
+        (start,),
+    ).fetchall()
+    newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+    settled: list[tuple[int, str]] = []
+    waiting: int | None = None
+    for event, library, name, session, first, last in rows:
+        body = body_of(library, name)
+        if body is None:
+            waiting = event if waiting is None else waiting
+            continue
+        shown = [
+            (failure.signature, failure.command)
+            for failure in store.window_failures(conn, session, first, last)
+            if failure.cls in COUNTED_CLASSES and failure.resolved
+        ]
+        settled.append((event, json.dumps(targeted_in_body(shown, body))))
+    with state.transaction():
+        conn.executemany("INSERT OR IGNORE INTO effect_targets VALUES (?, ?)", settled)
+        state.set_meta(TARGETS_FROM_KEY, waiting if waiting is not None else newest + 1)
+    return len(settled)

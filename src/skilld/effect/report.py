@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from skilld.digest import sha256_hex
+from skilld.effect import failure_id
 from skilld.effect.extract import COUNTED_SQL, utc_iso
 from skilld.effect.measure import (
     Anchor,
@@ -40,6 +41,8 @@ from skilld.effect.verdict import Counts, Outcome, Pooled, judge, pool
 #: The events that wrote a version of a skill from a window.
 LEARNING_KINDS = ("created", "updated", "merged")
 LEARNING_KINDS_SQL = "('created', 'updated', 'merged')"
+#: The events that each wrote a version of a skill's text (`skilld.versions.VERSION_KINDS`).
+VERSION_KINDS_SQL = "('created', 'updated', 'rolled_back')"
 #: Up to this many skills, their versions are looked up by name.
 FEW_SKILLS = 200
 
@@ -58,6 +61,9 @@ class SkillEffect(NamedTuple):
     outcome: Outcome
     #: Where its failures came back (read only when asked for: `with_recurrences`).
     recurrences: list[Recurrence]
+    #: The number of the version on disk now (`skills show`'s `effect.versions`), None when
+    #: the log holds none: a person's edit or a rollback is a version, and the row goes on.
+    version: int | None = None
 
     def row(self) -> dict[str, Any]:
         """The row `skilld effect --json` prints (DESIGN.md §13)."""
@@ -66,20 +72,21 @@ class SkillEffect(NamedTuple):
             "library": self.library,
             "name": self.name,
             "since": self.measured.since,
+            "version": self.version,
             "source_failures": [
-                {"signature": signature, "class": cls, "command": command}
+                {
+                    "id": failure_id(signature),
+                    "signature": signature,
+                    "class": cls,
+                    "command": command,
+                }
                 for signature, cls, command in self.measured.source_failures
             ],
-            "before": {
-                "sessions": counts.before_sessions,
-                "exposures": counts.before_exposures,
-                "failures": counts.before_failures,
-            },
+            "before": {"sessions": counts.before_sessions, "failures": counts.before_failures},
             "after": {
                 "sessions": counts.after_sessions,
-                "exposures": counts.after_exposures,
                 "failures": counts.after_failures,
-                "loaded_exposures": counts.loaded_exposures,
+                "loaded_sessions": counts.loaded_sessions,
                 "loaded_failures": counts.loaded_failures,
             },
             "verdict": self.outcome.verdict,
@@ -128,6 +135,7 @@ def effect_records(
         for key in keys
     }
     reads = _Reads(conn, anchors, versions, facts, with_recurrences=with_recurrences)
+    numbers = _current_versions(conn, skills)
     records = []
     for key in keys:
         own = anchors[key]
@@ -144,7 +152,7 @@ def effect_records(
             (v.at for v in versions.get(key, [])), default=skills[key]
         )
         measured = Measured(since, [(a.signature, a.cls, a.command) for a in own], counts, newest)
-        outcome = judge(counts, min_exposures)
+        outcome = judge(counts, min_exposures, heads=[a.command for a in own])
         if key not in versions:
             outcome = outcome._replace(evidence=NO_WINDOW)
         came_back = (
@@ -157,7 +165,7 @@ def effect_records(
             if key in reads.failed_runs
             else []
         )
-        records.append(SkillEffect(key[0], key[1], measured, outcome, came_back))
+        records.append(SkillEffect(key[0], key[1], measured, outcome, came_back, numbers.get(key)))
     return records
 
 
@@ -181,7 +189,9 @@ def measurement_stamp(conn: sqlite3.Connection, *, min_exposures: int) -> list[A
         " FROM provenance ORDER BY library, name"
     ).fetchall()
     digest = sha256_hex(repr([tuple(row) for row in provenance]).encode("utf-8"))
-    return [generation(conn), newest_version, digest, min_exposures]
+    # What `record.backfill_targets` settled of the versions written before targets were.
+    backfilled = conn.execute("SELECT COUNT(*) FROM effect_targets").fetchone()[0]
+    return [generation(conn), newest_version, digest, min_exposures, backfilled]
 
 
 def measurement(
@@ -238,8 +248,8 @@ def covering_skills(
     conn: sqlite3.Connection, libraries: Sequence[str] | None
 ) -> dict[str, list[tuple[str, str]]]:
     """signature -> the (library, name) of each skill of `libraries` (None: of every library
-    state.db knows, project libraries too) learned from it (a version's source window showed
-    it resolved, of a counted class)."""
+    state.db knows, project libraries too) that targets it (a version's source window showed
+    it, of a counted class, and the version names it: skilld.effect.targets)."""
     if libraries is None:
         libraries = [row[0] for row in conn.execute("SELECT DISTINCT library FROM provenance")]
     return _covered_by(conn, _skills(conn, libraries))
@@ -248,9 +258,9 @@ def covering_skills(
 def skills_covering(
     conn: sqlite3.Connection, signature: str, sessions: Iterable[str]
 ) -> list[tuple[str, str]]:
-    """What `covering_skills` says of `signature`, which failed, of a counted class and
-    resolved, in `sessions` (every one of them): only a skill learned in one of those can have
-    been learned from it, so only those are read (`skilld failures show` of one failure does
+    """What `covering_skills` says of `signature`, which failed, of a counted class, in
+    `sessions` (every one of them): only a skill learned in one of those can target it, so
+    only those are read (`skilld failures show` of one failure does
     not read ten thousand skills)."""
     candidates = skills_learned_in(conn, sessions)
     if not candidates:
@@ -263,7 +273,7 @@ def skills_covering(
 def _covered_by(
     conn: sqlite3.Connection, skills: Mapping[tuple[str, str], str | None]
 ) -> dict[str, list[tuple[str, str]]]:
-    """signature -> the (library, name) of each of `skills` learned from it."""
+    """signature -> the (library, name) of each of `skills` that targets it."""
     versions = _versions(conn, skills)
     failures = _window_failures(conn, [v for vs in versions.values() for v in vs])
     covered: dict[str, list[tuple[str, str]]] = {}
@@ -342,11 +352,13 @@ def uncovered_recurring(
 
 def has_stopped(row: Mapping[str, Any], last_exposure: str | None, *, since: str) -> bool:
     """Whether the skill of `row` (as `skilld effect --json` prints it), last exposed at
-    `last_exposure`, ended a failure that recurred before it: the failure had happened before
-    the skill, has not come back since, and the skill was exposed since `since` (ISO)."""
+    `last_exposure`, ended a failure that recurred before it: its verdict is a decided `helps`
+    (a failure that merely has not come back yet is no evidence), the failure had happened
+    before the skill, has not come back since, and the skill was exposed since `since` (ISO)."""
     cutoff = instant(since) or since
     return (
-        row["before"]["failures"] > 0
+        row["verdict"] == "helps"
+        and row["before"]["failures"] > 0
         and row["after"]["failures"] == 0
         and last_exposure is not None
         and last_exposure >= cutoff
@@ -358,14 +370,12 @@ def row_counts(row: Mapping[str, Any]) -> Counts:
     before, after = row["before"], row["after"]
     return Counts(
         len(row["source_failures"]),
-        before["exposures"],
-        before["failures"],
-        after["exposures"],
-        after["failures"],
-        after["loaded_exposures"],
-        after["loaded_failures"],
         before["sessions"],
+        before["failures"],
         after["sessions"],
+        after["failures"],
+        after["loaded_sessions"],
+        after["loaded_failures"],
     )
 
 
@@ -426,7 +436,9 @@ def _versions(
     rows = conn.execute(
         "SELECT library, skill, ts, session,"
         " json_extract(detail, '$.messages[0]'), json_extract(detail, '$.messages[1]'),"
-        " json_extract(detail, '$.git.repository')"
+        " json_extract(detail, '$.git.repository'),"
+        " COALESCE(json_extract(detail, '$.targets'),"
+        " (SELECT targets FROM effect_targets WHERE event = events.id))"
         # Only a version learned from a window has one to measure from: these two terms are
         # the partial index `events_learned`'s (state/db.py), written as it has them.
         f" FROM events INDEXED BY events_learned WHERE kind IN {LEARNING_KINDS_SQL}"
@@ -440,15 +452,16 @@ def _versions(
         ),
     )
     versions: dict[tuple[str, str], list[Version]] = {}
-    for library, name, ts, session, first, last, repository in rows.fetchall():
+    for library, name, ts, session, first, last, repository, targets in rows.fetchall():
         key = (library, name)
         if key not in skills:
             continue
         at = instant(ts)
         if at is None:
             continue
+        repository = repository if isinstance(repository, str) else None
         versions.setdefault(key, []).append(
-            Version(at, session, first, last, repository if isinstance(repository, str) else None)
+            Version(at, session, first, last, repository, _targets(targets))
         )
     missing = [key for key in skills if key not in versions]
     if missing:
@@ -463,22 +476,47 @@ def _versions(
         for library, name, session, first, last, created, repository in rows.fetchall():
             at = instant(created)
             if (library, name) in wanted and at is not None:
-                versions[(library, name)] = [Version(at, session, first, last, repository)]
+                # Written before events named windows: nothing says what it targets.
+                versions[(library, name)] = [Version(at, session, first, last, repository, None)]
     return versions
+
+
+def _current_versions(
+    conn: sqlite3.Connection, skills: Mapping[tuple[str, str], str | None]
+) -> dict[tuple[str, str], int]:
+    """(library, name) -> the number of its newest version (`skilld.versions`: each write of
+    its text is one, a person's edit and a rollback too)."""
+    few = len(skills) <= FEW_SKILLS
+    names = sorted({name for _, name in skills})
+    rows = conn.execute(
+        "SELECT library, skill, COUNT(*) FROM events"
+        f" WHERE kind IN {VERSION_KINDS_SQL} AND skill IS NOT NULL"
+        + (" AND skill IN (SELECT value FROM json_each(?))" if few else "")
+        + " GROUP BY library, skill",
+        (_json_list(names),) if few else (),
+    ).fetchall()
+    return {(library, name): count for library, name, count in rows if (library, name) in skills}
+
+
+def _targets(text: str | None) -> tuple[str, ...] | None:
+    """A version's targets as its event (or `effect_targets`) holds them, as JSON."""
+    if text is None:
+        return None
+    value = json.loads(text)
+    return tuple(item for item in value if isinstance(item, str)) if isinstance(value, list) else ()
 
 
 def _window_failures(
     conn: sqlite3.Connection, versions: Sequence[Version]
 ) -> dict[str, list[SourceFailure]]:
-    """The counted failures (real/hook/masked), resolved, inside the versions' windows, by
-    session."""
+    """The counted failures (real/hook/masked) inside the versions' windows, by session."""
     windows = sorted({(v.session, v.first_message, v.last_message) for v in versions})
     rows = conn.execute(
         "SELECT f.session, f.seq, f.signature, f.class, f.command, f.resolved"
         " FROM json_each(?) AS w JOIN effect_failures AS f"
         " ON f.session = json_extract(w.value, '$[0]')"
         " AND f.seq BETWEEN json_extract(w.value, '$[1]') AND json_extract(w.value, '$[2]')"
-        f" WHERE f.class IN {COUNTED_SQL} AND f.resolved = 1",
+        f" WHERE f.class IN {COUNTED_SQL}",
         (json.dumps(windows),),
     )
     failures: dict[str, list[SourceFailure]] = {}
@@ -570,7 +608,7 @@ class _Reads:
         self.exposed_runs: dict[tuple[str, str], list[SessionRun]] = {}
         if any(len(own) > 1 for own in anchors.values()):
             self.exposed_runs = self._grouped(
-                "SELECT a.id, " + _RUN + ", 0 FROM temp.effect_anchor AS a"
+                "SELECT a.id, " + _RUN + ", " + _FAILED + " FROM temp.effect_anchor AS a"
                 " CROSS JOIN effect_runs AS r ON r.command = a.command AND r.source = a.source"
                 " AND {repository} WHERE a.several",
                 "r",

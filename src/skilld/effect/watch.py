@@ -29,7 +29,7 @@ from skilld.effect.report import (
     measurement_stamp,
     skills_learned_in,
 )
-from skilld.effect.verdict import needs_revision
+from skilld.effect.verdict import revision
 from skilld.state import StateDB
 
 #: state.db meta: each learned skill's last verdict ("library/name" -> verdict).
@@ -136,11 +136,12 @@ def verdict_changes(previous: Mapping[str, str], records: Iterable[SkillEffect])
 
 def revisable(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, str]]]:
     """signature -> the skills learned from it that a window showing it offers for revision
-    (`verdict.needs_revision`), with their verdict and evidence, from their measured rows."""
+    (`verdict.revision`: its routing or its content), with their verdict and evidence, from
+    their measured rows."""
     offers: dict[str, list[dict[str, str]]] = {}
     for row in rows:
-        loaded_failures = row["after"]["loaded_failures"]
-        if not needs_revision(row["verdict"], loaded_failures):
+        kind = revision(row["verdict"], row["after"]["loaded_failures"])
+        if kind is None:
             continue
         for failure in row["source_failures"]:
             offers.setdefault(failure["signature"], []).append(
@@ -149,7 +150,9 @@ def revisable(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, str
                     "name": row["name"],
                     "verdict": row["verdict"],
                     "evidence": row["evidence"],
-                    "loaded": "yes" if loaded_failures else "no",
+                    "revision": kind,
+                    # Where the failure came back: where it was loaded (content) or not.
+                    "loaded": "yes" if kind == "content" else "no",
                 }
             )
     return offers

@@ -7,7 +7,7 @@ Nothing here touches a file, the network or a clock; the supervisor acts on the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -26,6 +26,8 @@ class Propose:
     doc: SkillDoc
     reason: str
     scope: str = "user"
+    #: The window's failures (`F<n>` ids) the model says the skill is meant to end.
+    ends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +100,15 @@ def judge_reply(
     refusal: str | None,
     rules: Rules,
     existing: Iterable[str] = (),
+    failure_ids: Collection[str] | None = None,
 ) -> Judged:
     """Parse, redact, name and validate a reply. `existing` names the skills the model was
-    shown: a proposal for one of them keeps its name, a new one gets the library's prefix."""
-    parsed = parse_reply(text, finish_reason=finish_reason, refusal=refusal)
+    shown: a proposal for one of them keeps its name, a new one gets the library's prefix.
+    `failure_ids`: the `F<n>` ids of the window's failure lines, the only ones `ends` names
+    (None: a merge, whose `ends` is not asked for)."""
+    parsed = parse_reply(
+        text, finish_reason=finish_reason, refusal=refusal, failure_ids=failure_ids
+    )
     if isinstance(parsed, Violation):
         return _invalid(parsed.reason, text or "")
     if isinstance(parsed, Decline):
@@ -127,7 +134,8 @@ def judge_proposal(
     except (InvalidName, InvalidSkill) as exc:
         return _invalid(str(exc), raw)
     return Judged(
-        Propose(doc, reason, proposal.scope), merge_counts(*(r.counts for r in redactions))
+        Propose(doc, reason, proposal.scope, proposal.ends),
+        merge_counts(*(r.counts for r in redactions)),
     )
 
 

@@ -7,7 +7,9 @@ The model answers with exactly one of
     {"evolve": false, "reason": "..."}
 
 and, where the configuration lets the model choose (`evolve.scope = "auto"`), an optional
-`"scope": "project"` (or `"user"`, the default) in an evolve reply. This module owns that
+`"scope": "project"` (or `"user"`, the default) in an evolve reply; an evolve reply may also
+name the failures of the window the skill is meant to end, `"ends": ["F2", ...]` (the ids of
+the window's `[failure F<n>]` lines; DESIGN.md §13, "What a skill targets"). This module owns that
 shape: the JSON schema sent to servers that support structured output,
 the extraction of the object from a free-form reply, and the shape check. Name rules and length
 limits belong to ``skills.document.validate_skill``; nothing here touches files or the network.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,17 +37,20 @@ _OBJECT_START: Final = re.compile(r'\{\s*["}]')
 
 _PROPOSAL_KEYS: Final = ("name", "description", "whenToUse", "content", "reason")
 SCOPES: Final = ("user", "project")
+#: The id of a window's failure line, as the window shows it: `F1`, `F2`, ...
+FAILURE_ID: Final = re.compile(r"F[1-9][0-9]{0,3}")
 
 CONTRACT_TEXT: Final = (
     "Reply with exactly one JSON object and nothing else, in one of these two shapes:\n"
     '{"evolve": true, "name": "...", "description": "...", "whenToUse": "...", '
-    '"content": "...", "reason": "..."}\n'
+    '"content": "...", "reason": "...", "ends": []}\n'
     '{"evolve": false, "reason": "..."}\n'
     '"evolve" is a JSON boolean (true or false, not a string). When it is true, every other key '
-    "is a JSON string: name is the skill's short kebab-case name, description says in one line "
-    "what the skill does, whenToUse says when an agent should load it, content is the full "
-    "Markdown body of the skill, and reason says why this is worth keeping. When it is false, "
-    "reason says why nothing reusable emerged."
+    "but ends is a JSON string: name is the skill's short kebab-case name, description says in "
+    "one line what the skill does, whenToUse says when an agent should load it, content is the "
+    "full Markdown body of the skill, and reason says why this is worth keeping. When it is false, "
+    "reason says why nothing reusable emerged. ends lists the ids of the window's [failure F<n>] "
+    "lines the skill is meant to end (an empty array when none)."
 )
 
 # OpenAI strict mode rejects a root-level anyOf and requires every property to be listed in
@@ -77,8 +82,14 @@ PROPOSAL_SCHEMA: Final[dict[str, Any]] = {
             "type": "string",
             "description": "why the skill is worth keeping, or why nothing was kept",
         },
+        "ends": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "ids of the window's [failure F<n>] lines the skill is meant to end;"
+            " empty when it ends none of them",
+        },
     },
-    "required": ["evolve", *_PROPOSAL_KEYS],
+    "required": ["evolve", *_PROPOSAL_KEYS, "ends"],
     "additionalProperties": False,
 }
 
@@ -94,6 +105,8 @@ class Proposal:
     reason: str
     #: "project": the skill only makes sense in the session's project.
     scope: str = "user"
+    #: The window's failures (`F<n>` ids) the skill is meant to end, as the model named them.
+    ends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,9 +148,15 @@ def extract_json_object(text: str) -> dict[str, Any] | None:
 
 
 def parse_reply(
-    text: str | None, *, finish_reason: str | None = None, refusal: str | None = None
+    text: str | None,
+    *,
+    finish_reason: str | None = None,
+    refusal: str | None = None,
+    failure_ids: Collection[str] | None = None,
 ) -> Proposal | Decline | Violation:
-    """Check the shape of a model reply. Never raises; every defect becomes a ``Violation``."""
+    """Check the shape of a model reply. Never raises; every defect becomes a ``Violation``.
+    `failure_ids`: the `F<n>` ids the window showed, the only ones `ends` may name; None for a
+    reply that was not asked for them (a merge), whose `ends` is ignored."""
     raw = (text or "")[:RAW_REPLY_LIMIT]
     if refusal:
         return Violation(f"the model refused to answer: {refusal.strip()[:200]}", raw)
@@ -174,6 +193,9 @@ def parse_reply(
     scope = document.get("scope", "user")
     if scope not in SCOPES:
         return Violation(f'"scope" must be "user" or "project", got {scope!r:.40}', raw)
+    ends = () if failure_ids is None else _ends(document.get("ends", []), failure_ids)
+    if isinstance(ends, str):
+        return Violation(ends, raw)
     return Proposal(
         name=document["name"].strip(),
         description=document["description"].strip(),
@@ -181,7 +203,21 @@ def parse_reply(
         content=document["content"],
         reason=document["reason"].strip(),
         scope=scope,
+        ends=ends,
     )
+
+
+def _ends(value: object, failure_ids: Collection[str]) -> tuple[str, ...] | str:
+    """The ids `ends` names, in order, each once; or what is wrong with it."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return '"ends" must be a JSON array of failure ids such as "F1"'
+    ids = tuple(dict.fromkeys(item.strip() for item in value))
+    unknown = [item for item in ids if not FAILURE_ID.fullmatch(item) or item not in failure_ids]
+    if unknown:
+        shown = ", ".join(f"{item!r:.20}" for item in unknown[:3])
+        known = ", ".join(sorted(failure_ids, key=lambda i: int(i[1:]))) or "none"
+        return f'"ends" names failures the window does not show: {shown} (it shows {known})'
+    return ids
 
 
 SCOPE_TEXT: Final = (

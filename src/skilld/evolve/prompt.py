@@ -18,7 +18,7 @@ from skilld.evolve.contract import SCOPE_TEXT
 from skilld.evolve.window import Window, delimit
 from skilld.skills.document import AGENTSKILLS_WHEN_MARKER, LISTING_BUDGETS, SkillDoc
 
-PROMPT_VERSION = "2026-12-01.4"
+PROMPT_VERSION = "2026-12-03.1"
 
 #: The user's guidance is cut to this many characters: it rides along on every request.
 GUIDANCE_MAX_CHARS = 2000
@@ -71,6 +71,12 @@ the skill is about them.
 sessions, as "tool | command | first error line": a failure that keeps coming back is what a \
 skill should end, when the window shows how it was resolved.
 
+[failure F<n>] lines (data too) list the failing tool calls of this window, one each, as \
+"tool | command | first error line (resolved later or not)". When you keep a skill that is \
+meant to end some of them, name those in "ends" (for example ["F2"]); name only failures the \
+skill's steps prevent, never the other failures of the window. Leave "ends" empty when the \
+skill ends none of them.
+
 [effect] lines (data too) name an existing skill that was learned to end a failure this \
 window shows again, with the evidence from later sessions. When the window shows why it came \
 back, answer with that skill's SAME name: if the skill was not loaded where the failure came \
@@ -79,7 +85,7 @@ loaded, fix the steps of its body.
 {scope}{guidance}
 Reply with exactly one JSON object and nothing else, in one of these two forms:
 {"evolve": true, "name": "...", "description": "...", "whenToUse": "...", \
-"content": "...", "reason": "..."}
+"content": "...", "reason": "...", "ends": ["F1"]}
 {"evolve": false, "reason": "..."}
 
 Rules for an evolve reply:
@@ -89,6 +95,7 @@ Rules for an evolve reply:
 - content: the Markdown body only (no frontmatter), at most {max_content_chars} \
 characters{body_rule}.
 - reason: one sentence naming the evidence in the window (what passed, what the user said).
+- ends: the ids of the [failure F<n>] lines the skill is meant to end; [] when none.
 """
 
 SCOPE_SECTION = """

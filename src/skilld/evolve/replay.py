@@ -95,6 +95,8 @@ class WindowRow:
     path: str | None  # the skill file it would become, under --out, if any
     library: str | None = None
     merge_calls: int = 0  # of `calls`, those that merged a change into an existing skill
+    #: The failures of the window the proposal is meant to end (their signatures).
+    targets: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +111,7 @@ class WindowRow:
             "completion_tokens": self.completion_tokens,
             "estimated": self.estimated,
             "path": self.path,
+            "targets": list(self.targets),
         }
 
 
@@ -458,6 +461,7 @@ def _row(record: WindowRecord, app: App, options: ReplayOptions) -> WindowRow:
         path=path,
         library=record.library,
         merge_calls=spend.merge_calls,
+        targets=record.targets,
     )
 
 

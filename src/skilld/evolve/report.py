@@ -80,6 +80,8 @@ class WindowRecord:
     spend: Spend
     library: str | None = None
     path: str | None = None
+    #: The signatures of the window's failures the proposal targets (skilld.effect.targets).
+    targets: tuple[str, ...] = ()
 
 
 @dataclass

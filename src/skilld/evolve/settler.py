@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from skilld.app import App
+from skilld.effect.targets import kept_targets
 from skilld.evolve._judge import Verdict
 from skilld.evolve.contract import RAW_REPLY_LIMIT
 from skilld.evolve.prompt import PROMPT_VERSION
@@ -101,6 +102,7 @@ class Settler:
             model=self.config.llm.model,
             prompt_version=PROMPT_VERSION,
             git=git,
+            targets=kept_targets(kept.body.get("targets")),
         )
         git_json = git.as_json() if git is not None else None
         window = {"messages": [kept.first_message, kept.last_message], "git": git_json}

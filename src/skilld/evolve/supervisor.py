@@ -23,7 +23,7 @@ failed write of this machine never gives up a window: it waits until the fault i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ from skilld.config import backfill_cutoff
 from skilld.effect import store as effect_store
 from skilld.effect import watch as effect_watch
 from skilld.effect.record import Recorder, window_history
+from skilld.effect.targets import Listed, failure_lines, listed_failures, targeted
 from skilld.evolve._gates import GateSettings, Waiting, held_after_append, held_after_consume
 from skilld.evolve._judge import (
     Failed,
@@ -108,6 +109,8 @@ class Job:
     git: GitContext | None = None
     #: Skills this window offers for revision (skilld.effect.watch.window_offers).
     revisions: tuple[dict[str, Any], ...] = ()
+    #: The failures the window lists as `[failure F<n>]` lines (skilld.effect.targets).
+    failures: tuple[Listed, ...] = ()
 
     @property
     def last_message(self) -> int:
@@ -186,6 +189,7 @@ class Evolver:
         for revision (skilld.effect.watch)."""
         libraries = [library.name for library in self.app.all_libraries()]
         min_exposures = self.config.effect.min_exposures
+        self.app.backfill_targets()
         observation = effect_watch.observe(
             self.app.state, libraries, min_exposures=min_exposures, reach=self._reach
         )
@@ -407,7 +411,10 @@ class Evolver:
         offers = effect_watch.window_offers(
             self.app.state, job.library, job.session, job.first_message, job.last_message
         )
-        job = replace(job, revisions=tuple(offers))
+        shown = effect_store.window_failures(
+            self.app.state.conn, job.session, job.first_message, job.last_message
+        )
+        job = replace(job, revisions=tuple(offers), failures=tuple(listed_failures(shown)))
         verdict = await self._ask(job, report, spend)
         if isinstance(verdict, Failed):
             if not is_windows_fault(verdict.error):
@@ -439,7 +446,8 @@ class Evolver:
             return
         kept = self._keep(session, job, verdict)
         outcome, library, path = await self.settler.settle(kept, report, spend)
-        report.records.append(self._record(job, outcome, kept.body["name"], spend, library, path))
+        record = self._record(job, outcome, kept.body["name"], spend, library, path)
+        report.records.append(replace(record, targets=tuple(kept.body["targets"])))
 
     def _record(
         self,
@@ -529,7 +537,7 @@ class Evolver:
         git = job.git
         header = session_header(git.repository, git.branch) if git is not None else ""
         recurred = window_history(state.conn, job)
-        lines = history_lines(recurred) + effect_lines(job.revisions)
+        lines = history_lines(recurred) + failure_lines(job.failures) + effect_lines(job.revisions)
         redaction = redact(header + lines + render_window(job.messages))
         if redaction.counts:
             state.add_event(
@@ -568,8 +576,9 @@ class Evolver:
         rules = Rules(user.form, user.max_content_chars, user.spec.name_prefix)
         schema = proposal_schema(with_scope=settings.with_scope)
         return await self._converse(
-            messages, rules, schema, report, spend, job, known=[name for name, _ in existing]
-        )
+            messages, rules, schema, report, spend, job, known=[name for name, _ in existing],
+            failure_ids=[item.label for item in job.failures],
+        )  # fmt: skip
 
     async def _converse(
         self,
@@ -582,6 +591,7 @@ class Evolver:
         *,
         known: list[str],
         merge: bool = False,
+        failure_ids: Sequence[str] | None = None,
     ) -> Verdict:
         """A request and, when its reply breaks the contract, one repair request."""
         verdict: Verdict | None = None
@@ -598,6 +608,7 @@ class Evolver:
                 refusal=reply.refusal,
                 rules=rules,
                 existing=known,
+                failure_ids=failure_ids,
             )
             if judged.redactions:
                 self.app.state.add_event(
@@ -652,6 +663,8 @@ class Evolver:
             "git": _git_json(job.git),
             "merged": False,
             "revision": revision,
+            # What the skill is meant to end (its source failures), the window's own knowledge.
+            "targets": targeted(job.failures, verdict.ends, doc.body),
         }
         with state.transaction():
             proposal_id = state.keep_proposal(

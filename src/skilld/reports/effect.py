@@ -26,6 +26,7 @@ def effect_records(
 
     if libraries is None:
         libraries = [library.name for library in app.all_libraries()]
+    app.backfill_targets()
     return records_of(
         app.state.conn,
         libraries,
@@ -51,6 +52,7 @@ def _measured(app: App, libraries: list[str], *, windowed: bool = False) -> Kept
     from a window: those with something to measure)."""
     from skilld.effect.report import Kept, kept_measurement, windowed_skills
 
+    app.backfill_targets()
     kept = kept_measurement(
         app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
     )
@@ -149,7 +151,7 @@ def failure_detail(app: App, key: str) -> dict[str, Any]:
     sessions = {
         occurrence["session"]
         for occurrence in detail["occurrences"]
-        if occurrence["resolved"] and occurrence["class"] in COUNTED_CLASSES
+        if occurrence["class"] in COUNTED_CLASSES
     }
     covering = skills_covering(conn, detail["signature"], sessions)
     detail["skills"] = [{"library": library, "name": name} for library, name in covering]

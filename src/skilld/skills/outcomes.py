@@ -24,6 +24,9 @@ class Origin(NamedTuple):
     prompt_version: str | None = None
     #: Where the session that taught it worked (a window's), for provenance and team commits.
     git: "GitContext | None" = None
+    #: The signatures of the window's failures the change is meant to end (its source
+    #: failures, skilld.effect.targets); None when it came from no window's judgement.
+    targets: tuple[str, ...] | None = None
 
 
 # -- what a write came to --------------------------------------------------------------------
@@ -108,6 +111,8 @@ def record_outcome(
     for key, value in (("model", origin.model), ("prompt_version", origin.prompt_version)):
         if value is not None:
             extra.setdefault(key, value)
+    if origin.targets is not None:
+        extra.setdefault("targets", list(origin.targets))
     with state.transaction():
         if isinstance(outcome, Written):
             state.settle_provenance(library, outcome.name, outcome.sha256)

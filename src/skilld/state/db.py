@@ -23,7 +23,7 @@ from skilld.fsutil import PRIVATE_FILE_MODE, private_dir
 #: How long a writer waits for another's lock before giving up (seconds).
 BUSY_TIMEOUT_SECONDS = 30
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _V1 = """
     CREATE TABLE events (
@@ -223,7 +223,18 @@ _V5 = """
         ON effect_failures(failure_id, COALESCE(ts, session_ts), session, seq);
 """
 
-_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: what each version written before targets were recorded targets (DESIGN.md §13,
+# "What a skill targets"): a version's event carries its `targets` since; for an older one,
+# `skilld.effect.record.backfill_targets` works them out once from the skill's body and keeps
+# them here, by the event's id (the log itself is never rewritten).
+_V6 = """
+    CREATE TABLE IF NOT EXISTS effect_targets (
+        event   INTEGER PRIMARY KEY,
+        targets TEXT NOT NULL
+    );
+"""
+
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
 _ADD_COLUMN = re.compile(r"\s*ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
