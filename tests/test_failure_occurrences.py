@@ -399,11 +399,14 @@ def test_the_skill_learned_from_a_failure_is_named_with_its_verdict(workspace: W
                 (name, session, json.dumps({"messages": [0, 5], "targets": [signature]})),
             )
     (row,) = cli_json(workspace, "failures", "--json")
-    assert row["skills"] == [{"library": "default", "name": "push-upstream"}]
+    (effect,) = [r for r in cli_json(workspace, "effect", "--json") if r["name"] == "push-upstream"]
+    assert row["skills"] == [
+        {"library": "default", "name": "push-upstream", "verdict": effect["verdict"]}
+    ]
     shown = cli_json(workspace, "failures", "show", row["id"], "--json")
     assert shown["skills"] == row["skills"]
-    assert "(learned: default/push-upstream)" in workspace.cli("failures", "show", row["id"]).stdout
-    (effect,) = [r for r in cli_json(workspace, "effect", "--json") if r["name"] == "push-upstream"]
+    plain = workspace.cli("failures", "show", row["id"]).stdout
+    assert f"(targeted by: default/push-upstream {effect['verdict']})" in plain
     with client_for(workspace) as panel:
         html = panel.get(f"/failures/{row['id']}").text
         link = '<a href="/skills/default/push-upstream">push-upstream</a>'

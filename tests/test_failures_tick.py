@@ -299,6 +299,11 @@ def test_a_skill_learned_from_a_window_names_the_failures_it_targets(
             " 'jsonl:one', 'jsonl', 'learned', ?)",
             (json.dumps({"messages": [0, 5], "targets": [PUSH_SIGNATURE]}),),
         )
-        rows = store.failure_rows(conn, covered=covering_skills(conn, None))
-    assert rows[0]["skills"] == [{"library": "default", "name": "push-upstream"}]
+        rows = store.failure_rows(
+            conn, covered=covering_skills(conn, None),
+            verdicts={("default", "push-upstream"): "too-early"},
+        )  # fmt: skip
+    assert rows[0]["skills"] == [
+        {"library": "default", "name": "push-upstream", "verdict": "too-early"}
+    ]
     assert json.loads(workspace.cli("failures", "--json").stdout) == rows

@@ -75,8 +75,11 @@ def _detail_lines(detail: dict[str, Any]) -> list[str]:
 
 
 def _skills(row: dict[str, Any]) -> str:
-    names = [f"{skill['library']}/{skill['name']}" for skill in row["skills"]]
-    return f"  (learned: {', '.join(names)})" if names else ""
+    names = [
+        f"{skill['library']}/{skill['name']}" + (f" {skill['verdict']}" if skill["verdict"] else "")
+        for skill in row["skills"]
+    ]
+    return f"  (targeted by: {', '.join(names)})" if names else ""
 
 
 def _filtered(args: argparse.Namespace) -> bool:

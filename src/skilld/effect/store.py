@@ -303,15 +303,17 @@ def failure_rows(
     repository: str | None = None,
     recurring: bool = False,
     covered: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    verdicts: Mapping[tuple[str, str], str] | None = None,
 ) -> list[dict[str, Any]]:
     """`skilld failures --json`: one entry per signature, most widespread first.
 
     `since`: only occurrences at or after this ISO time; `repository`: only occurrences in a
     repository matching this glob; `recurring`: only signatures seen in two sessions or more;
-    `covered`: signature -> the (library, name) of the skills learned from it
-    (`skilld.effect.report.covering_skills`).
+    `covered`: signature -> the (library, name) of the skills that target it
+    (`skilld.effect.report.covering_skills`), each with its verdict from `verdicts` (None:
+    not measured).
     """
-    covered = covered or {}
+    covered, verdicts = covered or {}, verdicts or {}
     sql = (
         "SELECT f.signature, f.tool, f.command, f.error, f.class, f.session,"
         " COALESCE(f.ts, s.first_ts) AS at, s.repository"
@@ -332,7 +334,10 @@ def failure_rows(
     entries = [
         group.entry(
             signature,
-            [{"library": library, "name": name} for library, name in covered.get(signature, ())],
+            [
+                {"library": library, "name": name, "verdict": verdicts.get((library, name))}
+                for library, name in covered.get(signature, ())
+            ],
         )
         for signature, group in grouped.items()
         if not recurring or len(group.sessions) >= 2

@@ -133,7 +133,17 @@ def failure_report(
         repository=repository or None,
         recurring=recurring,
         covered=covering_skills(conn, None),
+        verdicts=_verdicts(app),
     )
+
+
+def _verdicts(app: App, names: list[tuple[str, str]] | None = None) -> dict[tuple[str, str], str]:
+    """(library, name) -> the verdict of each learned skill (of `names` only, when given)."""
+    if names is not None:
+        records = effect_records(app, sorted({library for library, _ in names}), names=names)
+        return {(r.library, r.name): r.outcome.verdict for r in records}
+    rows = _measured(app, [library.name for library in app.all_libraries()]).rows
+    return {(row["library"], row["name"]): row["verdict"] for row in rows}
 
 
 def failure_detail(app: App, key: str) -> dict[str, Any]:
@@ -154,5 +164,9 @@ def failure_detail(app: App, key: str) -> dict[str, Any]:
         if occurrence["class"] in COUNTED_CLASSES
     }
     covering = skills_covering(conn, detail["signature"], sessions)
-    detail["skills"] = [{"library": library, "name": name} for library, name in covering]
+    verdicts = _verdicts(app, covering) if covering else {}
+    detail["skills"] = [
+        {"library": library, "name": name, "verdict": verdicts.get((library, name))}
+        for library, name in covering
+    ]
     return detail
