@@ -366,7 +366,7 @@ class _Group:
             self.first = at if self.first is None or at < self.first else self.first
             self.last = at if self.last is None or at > self.last else self.last
 
-    def entry(self, signature: str, skills: list[dict[str, str]]) -> dict[str, Any]:
+    def entry(self, signature: str, skills: list[dict[str, str | None]]) -> dict[str, Any]:
         return {
             "id": _failure_id(signature),
             "signature": signature,
