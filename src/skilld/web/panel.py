@@ -380,6 +380,9 @@ class Panel:
                 "charted": sum(count for _, count in daily),
                 "undated": max(0, effect["uses"] - sum(effect["uses_by_day"].values())),
                 "archived": entry is None,
+                "offered": acting.offered(
+                    report["owner"], pinned=record.get("pinned") is True, archived=entry is None
+                ),
             }
 
         try:
