@@ -189,3 +189,43 @@ def test_every_button_a_skill_page_shows_is_accepted(
         if verb in undo:
             act(panel, undo[verb], library="default", name="deploy", back="/skills")
     assert all(e["detail"]["outcome"] == "done" for e in workspace.events("web"))
+
+
+# -- review ----------------------------------------------------------------------------------
+
+
+def stage_from(workspace: Workspace, name: str, content: str, description: str) -> None:
+    from skilld.evolve.review import ReviewQueue
+    from skilld.gitinfo import GitContext
+    from skilld.skills.document import SkillDoc
+    from skilld.skills.outcomes import Origin
+
+    commit = "0123456789abcdef" * 2 + "01234567"
+    git = GitContext("github.com/acme/api", "feat/login", commit, "recorded")
+    ReviewQueue(workspace.state / "pending").stage(
+        SkillDoc(name=name, description=description, body=content),
+        Origin(source="jsonl", session="sess-7f3a", git=git),
+        library="default",
+        storage_key="default",
+        reason="it came up twice",
+        held_because="review mode",
+    )
+
+
+def test_review_shows_where_a_proposal_came_from_and_no_ownership_change(
+    panel: TestClient, workspace: Workspace
+) -> None:
+    stage_from(workspace, "deploy", "1. Build.\n2. Test.\n3. Ship.\n", "Deploy the service.")
+    stage_from(workspace, "lint", "Run the linter.\n", "Lint the code.")
+    page = panel.get("/review").text
+    deploy, lint = page.split('<section class="proposal"')[1:]
+    for proposal in (deploy, lint):
+        assert '<a href="/events?session=sess-7f3a">sess-7f3a</a>' in proposal
+        assert "learned on github.com/acme/api@feat/login (0123456)" in proposal
+    # The same text as the skill: no diff of ownership keys, and nothing to approve.
+    assert "managed-by" not in deploy and "(no difference)" in deploy
+    assert "None: the skill already says this" in deploy
+    assert "/act/approve" not in deploy and "/act/reject" in deploy
+    assert "/act/approve" in lint
+    listed = workspace.cli_here("review", "list")
+    assert listed.count("session sess-7f3a, learned on github.com/acme/api@feat/login") == 2

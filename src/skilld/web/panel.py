@@ -423,7 +423,8 @@ class Panel:
 
     async def review(self, request: Request) -> Response:
         def build(app: App) -> dict[str, Any]:
-            from skilld.skills.document import SkillDoc, render_skill
+            from skilld.gitinfo import from_json
+            from skilld.skills.document import SkillDoc, render_skill, same_text
 
             items = []
             for item in review_items(app):
@@ -442,6 +443,13 @@ class Panel:
                         current = entry.text()
                     except LibraryError as exc:
                         broken = str(exc)
+                taught = item["origin"]
+                # Staged before skilld left such proposals out: approving would change nothing.
+                unchanged = (
+                    entry is not None
+                    and entry.doc is not None
+                    and same_text(entry.doc, doc, target.form)
+                )
                 diff = proposal_diff(current, proposal) if current is not None else None
                 # Shown only: a sidecar the guard refuses shows no pin; an approval reads it.
                 record = target.listed_usage()[0].get(entry.name) if entry is not None else None
@@ -455,6 +463,9 @@ class Panel:
                         "broken": broken,
                         "pinned": bool(record and record.get("pinned")),
                         "blocked": blocked,
+                        "unchanged": unchanged,
+                        "session": taught.get("session"),
+                        "git": git.as_json() if (git := from_json(taught.get("git"))) else None,
                     }
                 )
             return {"items": items, "publish": app.config.evolve.publish}
