@@ -106,7 +106,7 @@ def test_numbers_and_times_read_as_words() -> None:
     assert calls_text(3, 120) == "3 of 120 calls"
     tag = str(time_tag("2026-11-30T08:56:34+00:00"))
     assert tag.startswith('<time datetime="2026-11-30T08:56:34+00:00"')
-    assert 'title="2026-11-30 08:56:34 UTC"' in tag
+    assert 'title="2026-11-30T08:56:34+00:00">' in tag
 
 
 def test_the_skills_table_shows_descriptions_sorts_both_ways_and_filters_by_branch(

@@ -49,16 +49,47 @@ def _measured(app: App, libraries: list[str], *, windowed: bool = False) -> Kept
     """Each learned skill's row and last exposure (`effect.report.Kept`): the daemon's last
     measurement while it holds, else measured now (with `windowed`, only the skills learned
     from a window: those with something to measure)."""
-    from skilld.effect.report import Kept, kept_measurement, windowed_skills
+    from skilld.effect.report import Kept, windowed_skills
 
-    kept = kept_measurement(
-        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
-    )
+    kept = kept_measurement_of(app, libraries)
     if kept is not None:
         return kept
     names = windowed_skills(app.state.conn, libraries) if windowed else None
     records = effect_records(app, libraries, names=names) if names != [] else []
     return Kept([r.row() for r in records], [r.measured.last_exposure for r in records])
+
+
+def skill_verdicts(
+    app: App, names: list[tuple[str, str]] | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(library, name) -> `{"verdict", "since"}` of each learned skill (of `names`, else of
+    every library): the daemon's last measurement while it holds, else those skills measured
+    now. What the panel's tables show beside a failure or a skill."""
+    libraries = [library.name for library in app.all_libraries()]
+    if names is not None:
+        libraries = sorted({library for library, _ in names} & set(libraries))
+        if not libraries or not names:
+            return {}
+    kept = kept_measurement_of(app, libraries)
+    if kept is not None:
+        rows = kept.rows
+    else:
+        rows = [record.row() for record in effect_records(app, libraries, names=names)]
+    wanted = None if names is None else set(names)
+    return {
+        (row["library"], row["name"]): {"verdict": row["verdict"], "since": row["since"]}
+        for row in rows
+        if wanted is None or (row["library"], row["name"]) in wanted
+    }
+
+
+def kept_measurement_of(app: App, libraries: list[str]) -> Kept | None:
+    """The daemon's last measurement of `libraries`, while nothing it read has changed."""
+    from skilld.effect.report import kept_measurement
+
+    return kept_measurement(
+        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
+    )
 
 
 def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
@@ -84,9 +115,10 @@ def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
 
 def effect_week(app: App, days: int = 7) -> dict[str, Any]:
     """The overview's learning of the last `days` days: skills created and updated, failures
-    that stopped recurring (a skill's failure, seen before it, not again in the sessions
-    since), and recurring failures no skill covers that failed again."""
-    from skilld.effect.report import has_stopped, row_counts, uncovered_recurring
+    that stopped recurring (a `helps` skill's failure, seen before it, not again in the
+    sessions since), those still recurring though a skill targets them (any other verdict,
+    failed again since the skill), and recurring failures no skill covers that failed again."""
+    from skilld.effect.report import has_stopped, instant, row_counts, uncovered_recurring
     from skilld.effect.verdict import pool
     from skilld.state import utc_now_iso
 
@@ -100,10 +132,20 @@ def effect_week(app: App, days: int = 7) -> dict[str, Any]:
         "since": since,
         "created": learned["created"],
         "updated": learned["updated"],
+        # Only a decided `helps` is a failure a skill ended; every other skill whose failure
+        # came back after it is still recurring, whatever its verdict says of why.
         "stopped": [
             row
             for row, last in zip(measured.rows, measured.last_exposures, strict=True)
-            if has_stopped(row, last, since=since)
+            if row["verdict"] == "helps" and has_stopped(row, last, since=since)
+        ],
+        "recurring": [
+            row
+            for row, last in zip(measured.rows, measured.last_exposures, strict=True)
+            if row["verdict"] != "helps"
+            and row["after"]["failures"] > 0
+            and last is not None
+            and last >= (instant(since) or since)
         ],
         "uncovered": uncovered_recurring(
             app.state.conn,

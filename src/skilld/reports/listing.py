@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from skilld.state.provenance import DISOWNED
+from skilld.state import DISOWNED
 
 if TYPE_CHECKING:
     from skilld.app import App

@@ -73,7 +73,7 @@ from skilld.skills.ownership import (
     owner_rule,
 )
 from skilld.skills.usage import Record, UsageStore, new_record
-from skilld.state.provenance import DISOWNED
+from skilld.state import DISOWNED
 
 if TYPE_CHECKING:
     from skilld.skills.history import HistoryVersion, VersionHistory
