@@ -127,3 +127,56 @@ def test_the_events_table_fits_1280_px_without_cutting_its_detail(
         assert cut <= 0, f"the events table is {cut} px wider than the page"
         expect(region).to_contain_text("no upstream branch the current branch has no upstream")
         expect(region).to_contain_text(session[:20])
+
+
+def test_the_failures_page_s_picture_in_the_docs(
+    page: Page, workspace: Workspace, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """docs/failures.png is this page: a push failure that recurs though a skill targets it,
+    beside ones no skill covers. `SKILLD_DOCS_PICTURE=docs/failures.png` writes it there."""
+    import os
+    import sqlite3
+
+    from tests.test_failures_tick import call, push_session
+
+    workspace.llm_url = fake_llm.base_url
+    workspace.settings["evolve"] = {"min_messages": 1000}
+    workspace.write_config()
+    repo = str(tmp_path / "api")
+    workspace.add_session("one", push_session(branch="feat-1", day=1))
+    workspace.add_session("two", push_session(branch="feat-2", day=2))
+    for day, branch in ((4, "feat/search"), (5, "feat/billing"), (6, "fix/login")):
+        workspace.add_session(f"later-{day}", pushes(repo, day, (f"call_{day}", branch, 10)))
+    for day, command, error in (
+        (3, "make lint", "error: ruff found 3 problems in src/api/views.py"),
+        (5, "make lint", "error: ruff found 1 problem in src/api/models.py"),
+        (4, "npm run build", "Error: Cannot find module './config.local.json'"),
+        (6, "npm run build", "Error: Cannot find module './config.local.json'"),
+        (6, "docker compose up", "Error response from daemon: port is already allocated"),
+    ):
+        ts = f"2026-01-{day:02d}T12:00:00Z"
+        workspace.add_session(f"{command.split()[0]}-{day}", [
+            {"role": "user", "content": "Build it.", "timestamp": ts, "cwd": repo},
+            {"role": "assistant", "content": "", "tool_calls": [call(f"c{day}", command)]},
+            {"role": "tool", "tool_call_id": f"c{day}", "content": error, "error": True,
+             "timestamp": ts},
+            {"role": "assistant", "content": "It failed.", "timestamp": ts},
+        ])  # fmt: skip
+    fake_llm.default = skip_reply()
+    assert workspace.cli("once").returncode == 0
+    with sqlite3.connect(workspace.state / "state.db") as conn:
+        conn.execute(
+            "INSERT INTO provenance(library, name, path, sha256, session, first_message,"
+            " last_message, created_at, updated_at) VALUES ('default', 'push-upstream', 'p',"
+            " 'h', 'jsonl:one', 0, 5, '2026-01-03T11:00:00+00:00', '2026-01-03T11:00:00+00:00')"
+        )
+    picture = Path(os.environ.get("SKILLD_DOCS_PICTURE") or tmp_path / "failures.png")
+    with serving(workspace) as panel:
+        log_in(page, panel)
+        page.set_viewport_size({"width": 1100, "height": 640})
+        page.emulate_media(color_scheme="light")
+        page.goto(panel.url + "failures")
+        still = page.locator("section", has=page.locator("h2#still"))
+        expect(still.locator("tr", has_text="git push")).to_contain_text("push-upstream")
+        page.screenshot(path=str(picture))
+    assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
