@@ -1,7 +1,8 @@
 """The panel's pages against the CLI's read of the same data, for 100 to 10,000 skills.
 
-Run: `python bench/web.py [--sizes 100,1000,10000] [--events 1000000] [--runs 5]`, or
-`python bench/web.py --smoke` (tiny sizes, one run: seconds; exits non-zero on a crash).
+Run: `python bench/web.py [--sizes 100,1000,10000] [--events 1000000] [--failures 1000000]
+[--runs 5]`, or `python bench/web.py --smoke` (tiny sizes, one run: seconds; exits non-zero on
+a crash).
 
 Each size is one library of N managed skills (rendered files, the provenance rows that make
 them skilld's, a usage record each, three saved versions of the skill shown), and a state
@@ -20,6 +21,13 @@ The panel is served by uvicorn on a loopback socket in this process (a thread of
 read by one keep-alive HTTP client: a figure is what a browser waits for, from the request to
 the last byte. The CLI side is the matching command run in this process (`skilld.cli.main`:
 its parser, its config, its read, its JSON printed to a buffer), without Python's start-up.
+* `failures`: `GET /failures` (every failure, grouped, the targeting skills' verdicts), against
+  `skilld failures --json`, over `--failures` recorded failing calls (1,000,000 by default) of
+  `--failure-skills` learned skills, built as bench/effect.py builds them and measured once as
+  a tick does (the daemon's kept rows: what the page's verdicts read).
+* `failure`: `GET /failures/<id>` of the failure that happened 10,000 times (its first page of
+  occurrences), against `skilld failures show <id> --json` (every occurrence).
+
 Targets: every page under 2x the CLI's read, and the events page independent of the log's
 length (one indexed query with a LIMIT): the events row is also timed over a log of 1,000
 events to show it.
@@ -71,6 +79,10 @@ from skilld.state import StateDB
 from skilld.web.panel import guarded_app
 from skilld.web.security import access_rules
 from skilld.web.serve import PanelServer, bind
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from effect import HOT_SIGNATURE, failure_id, measure_as_a_tick
+from effect import build as build_failures
 
 LIBRARY = "default"
 BODY = "# Steps\n\n1. Run `make test`.\n2. Read the first failure.\n3. Fix it and run again.\n"
@@ -340,10 +352,37 @@ def measure(root: Path, size: int, events: int, runs: int) -> list[tuple[str, fl
     return rows
 
 
+def measure_failures(
+    root: Path, skills: int, failures: int, runs: int
+) -> list[tuple[str, float, float]]:
+    """The Failures page and the hot failure's page against `failures --json` and `failures
+    show --json`, over `failures` recorded failures of `skills` learned skills."""
+    config = load_config(build_failures(root, skills, failures, hot=min(10_000, failures // 10)))
+    measure_as_a_tick(root / "state")
+    hot = failure_id(HOT_SIGNATURE)
+    bearer = {"authorization": f"Bearer {BENCH_TOKEN}"}
+    with serving(config) as url, httpx.Client(base_url=url, headers=bearer, timeout=120) as client:
+        pairs = [
+            ("failures", page(client, "/failures"), cli(config, "failures", "--json")),
+            (
+                "failure",
+                page(client, f"/failures/{hot}"),
+                cli(config, "failures", "show", hot, "--json"),
+            ),
+        ]
+        return [
+            (name, best_ms(panel, runs), best_ms(command, runs)) for name, panel, command in pairs
+        ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--events", type=int, default=1_000_000, help="events in the log")
+    parser.add_argument(
+        "--failures", type=int, default=1_000_000, help="recorded failures (0: no failures rows)"
+    )
+    parser.add_argument("--failure-skills", type=int, default=1000, help="skills beside them")
     parser.add_argument("--runs", type=int, default=5, help="timed runs per figure (the best)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run: seconds")
     parser.add_argument("--dir", type=Path, help="where to build (default: a temp dir)")
@@ -396,6 +435,22 @@ def main() -> int:
                             flush=True,
                         )
                 shutil.rmtree(root, ignore_errors=True)
+        failures = 10_000 if args.smoke else args.failures
+        skills = 100 if args.smoke else args.failure_skills
+        if failures:
+            head = f"{'skills':>7} {'failures':>9} {'page':<8} {'panel ms':>9} {'cli ms':>8}"
+            print(f"{head} {'ratio':>6}")
+            for name, panel_ms, cli_ms in measure_failures(
+                base / "failures", skills, failures, runs
+            ):
+                ratio = panel_ms / cli_ms if cli_ms else float("inf")
+                if ratio >= 2:
+                    missed.append(f"{name} at {failures:,} failures: {ratio:.2f}x")
+                print(
+                    f"{skills:>7,} {failures:>9,} {name:<8} {panel_ms:>9.1f} {cli_ms:>8.1f}"
+                    f" {ratio:>5.2f}x",
+                    flush=True,
+                )
         if hermes_skip is not None:
             print(f"hermes dashboard: skipped: {hermes_skip}")
         print("targets: every page under 2x the CLI's read;", "missed: " + ", ".join(missed)

@@ -2,12 +2,14 @@
 
     export DEEPSEEK_API_KEY=sk-...      # or any OpenAI-compatible server (see config.toml)
     python examples/panel_screenshot.py docs/panel.png
+    python examples/panel_screenshot.py docs/failures.png --page failures
 
 It lets skilld learn from the examples (`skilld once` with examples/config.toml) into a demo
 folder, `/tmp/skilld-demo` unless `--demo DIR` says otherwise, so the picture shows the folders
 a user would have rather than this checkout's; then it starts the daemon (`skilld run`) and
-serves the panel over it (`skilld web` on a free port), opens the overview in headless
-chromium (Debian's /usr/bin/chromium, driven by Playwright) and saves a PNG.
+serves the panel over it (`skilld web` on a free port), opens the overview (or the page
+`--page` names, e.g. `failures`) in headless chromium (Debian's /usr/bin/chromium, driven by
+Playwright) and saves a PNG.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=1100)
     parser.add_argument("--height", type=int, default=760)
     parser.add_argument("--demo", type=Path, default=Path("/tmp/skilld-demo"))
+    parser.add_argument("--page", default="", help="the page to show (default: the overview)")
     args = parser.parse_args()
     demo = args.demo.resolve()
     env = {
@@ -72,6 +75,8 @@ def main() -> int:
             page = browser.new_page(viewport={"width": args.width, "height": args.height})
             page.emulate_media(color_scheme="light")
             page.goto(url)
+            if args.page:
+                page.goto(url.split("?", 1)[0] + args.page.lstrip("/"))
             page.screenshot(path=str(args.out))
             browser.close()
     finally:

@@ -124,6 +124,23 @@ def test_a_proposal_for_a_pinned_skill_is_not_staged(
     assert refused["reason"] == "deploy is pinned: not staged for review (review mode)"
 
 
+def test_a_proposal_that_changes_nothing_is_not_staged(
+    workspace: Workspace, fake_llm: FakeLLM
+) -> None:
+    """Review mode: a proposal whose text is the skill's own is `unchanged`, never a diff of
+    nothing for a person to approve."""
+    workspace.llm_url = fake_llm.base_url
+    publish(workspace, "auto")
+    learn(workspace, fake_llm, "s1", skill_reply("deploy", "1. Build.\n2. Ship.\n"))
+    publish(workspace, "review")
+    learn(workspace, fake_llm, "s2", skill_reply("deploy", "1. Build.\n2. Ship.\n"))
+    assert cli_json(workspace, "review", "list", "--json") == []
+    assert workspace.events("staged") == []
+    assert [e["session"] for e in workspace.events("unchanged")] == ["jsonl:s2"]
+    learn(workspace, fake_llm, "s3", skill_reply("deploy", STAGED_STEPS))
+    assert [item["name"] for item in cli_json(workspace, "review", "list", "--json")] == ["deploy"]
+
+
 def rolled_back_to_v1(workspace: Workspace, fake_llm: FakeLLM, version: str) -> dict[str, Any]:
     workspace.llm_url = fake_llm.base_url
     publish(workspace, "auto")

@@ -180,7 +180,7 @@ def test_effect_after_real_ticks(workspace: Workspace, fake_llm: FakeLLM) -> Non
         assert panel.get("/api/effect").json() == effect_json(workspace)
         assert panel.get("/api/effect?library=default").json() == [row]
         skills_page = panel.get("/skills").text
-        assert '<th scope="col">Verdict</th>' in skills_page and "not-triggered" in skills_page
+        assert "Verdict</a></th>" in skills_page and "not-triggered" in skills_page
         page = panel.get("/skills/default/push-upstream").text
         assert "Does it help?" in page and "failed in 3 of 12 sessions" in page
         event_id = next(e["id"] for e in recurred if e["session"] == "jsonl:a5")

@@ -265,7 +265,7 @@ def test_the_failures_page_links_each_failure_to_its_page_of_occurrences(
     with client_for(recorded) as panel:
         listing = panel.get("/failures")
         assert listing.status_code == 200
-        assert f'<a href="/failures/{PUSH_ID}">{PUSH_ID}</a>' in listing.text
+        assert f'<a href="/failures/{PUSH_ID}"><code>git push</code></a>' in listing.text
         page = panel.get(f"/failures/{PUSH_ID}")
         assert page.status_code == 200
         html = page.text
@@ -410,6 +410,7 @@ def test_the_skill_learned_from_a_failure_is_named_with_its_verdict(workspace: W
     with client_for(workspace) as panel:
         html = panel.get(f"/failures/{row['id']}").text
         link = '<a href="/skills/default/push-upstream">push-upstream</a>'
-        assert f"{link} (default): {effect['verdict']}" in html
+        verdict = f'<span class="verdict">{effect["verdict"]}</span>'
+        assert f"{link} (default) {verdict}" in html
         listing = panel.get("/failures").text
-        assert f"push-upstream</a> (default, {effect['verdict']})" in listing
+        assert f"push-upstream</a> (default) {verdict}" in listing

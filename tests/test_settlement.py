@@ -123,6 +123,24 @@ CASES: list[tuple[str, Candidate, Facts, Decision]] = [
     ),
     ("review mode stages everything", candidate(), facts(review_mode=True), Stage("review mode")),
     (
+        "a proposal that changes nothing is never staged: the write says unchanged",
+        candidate(),
+        facts(review_mode=True, existing=existing()),
+        Write(candidate()),
+    ),
+    (
+        "a change is staged in review mode",
+        candidate(CHANGED),
+        facts(review_mode=True, existing=existing()),
+        Stage("review mode"),
+    ),
+    (
+        "a no-op in a project skilld may not write into is still staged, never written",
+        candidate(),
+        facts(project=NOT_ALLOWED, existing=existing()),
+        Stage(NOT_ALLOWED.reason),
+    ),
+    (
         "download-and-execute content is staged in auto mode",
         candidate(RISKY),
         facts(),

@@ -275,12 +275,14 @@ def test_archive_restore_rollback_and_delete(panel: TestClient, workspace: Works
 
 
 def test_a_refusal_says_why_and_changes_nothing(panel: TestClient, workspace: Workspace) -> None:
-    person = workspace.skills / "mine"
-    person.mkdir()
-    (person / "SKILL.md").write_text("---\nname: mine\ndescription: Mine.\n---\nKeep out.\n")
+    # A skill the agent's bundle installed is never a person's to delete from the panel.
+    bundled = workspace.skills / "mine"
+    bundled.mkdir()
+    (bundled / "SKILL.md").write_text("---\nname: mine\ndescription: Mine.\n---\nKeep out.\n")
+    (workspace.skills / ".bundled_manifest").write_text("mine\n")
     response = post(panel, "delete", library="default", name="mine")
-    assert "Delete refused" in response.text and "human" in response.text
-    assert (person / "SKILL.md").exists()
+    assert "Delete refused" in response.text and "bundled" in response.text
+    assert (bundled / "SKILL.md").exists()
     missing = post(panel, "pin", library="default", name="nothing-here")
     assert "no skill named nothing-here" in missing.text
     assert [e["detail"]["outcome"] for e in workspace.events("web")] == ["refused", "refused"]

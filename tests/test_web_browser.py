@@ -292,7 +292,7 @@ PAGES = (
 )
 WIDTHS = (1280, 390)
 #: Where a long token may break anywhere: paths, code, ids inside their own box.
-BREAKABLE = ".path, code, pre, pre *, dl.detail dd, article.markdown pre, svg, svg *"
+BREAKABLE = ".path, code, pre, pre *, dl.detail dd, article.markdown pre, svg, svg *, td.session a"
 #: Every text element of `main` whose CSS lets a word break in its middle.
 MID_WORD_BREAKS = f"""() => [...document.querySelectorAll('main *')]
   .filter(el => !el.matches({json.dumps(BREAKABLE)}) && el.childNodes.length)
@@ -363,7 +363,7 @@ def test_the_week_and_every_page_at_both_widths_for_everyone(
         expect(card).to_contain_text("Run the tests before a push.")
         expect(card.get_by_role("link", name=session)).to_be_visible()
         expect(card).to_contain_text("github.com/acme/api@feat/login")
-        expect(card.locator("time")).to_have_attribute("title", re.compile(r"^\d{4}-\d\d-\d\d "))
+        expect(card.locator("time")).to_have_attribute("title", re.compile(r"^\d{4}-\d\d-\d\dT"))
         found: dict[str, list[str]] = {}
         for width in WIDTHS:
             page.set_viewport_size({"width": width, "height": 900})
@@ -430,7 +430,7 @@ def test_write_and_edit_a_skill_in_the_panel(panel: Panel, page: Page) -> None:
     page.goto(panel.url + "skills/default/deploy")
     page.get_by_role("link", name="Edit").click()
     page.get_by_label("Steps (Markdown)").fill("1. Go.\n2. Check the dashboard.\n")
-    page.get_by_role("button", name="Save").click()
+    page.get_by_role("button", name="Save as mine").click()
     expect(page.get_by_role("status")).to_contain_text("Saved deploy")
     expect(page.locator("article.markdown")).to_contain_text("Check the dashboard.")
     rows = skill_rows(panel.workspace)

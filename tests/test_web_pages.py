@@ -106,7 +106,7 @@ def test_numbers_and_times_read_as_words() -> None:
     assert calls_text(3, 120) == "3 of 120 calls"
     tag = str(time_tag("2026-11-30T08:56:34+00:00"))
     assert tag.startswith('<time datetime="2026-11-30T08:56:34+00:00"')
-    assert 'title="2026-11-30 08:56:34 UTC"' in tag
+    assert 'title="2026-11-30T08:56:34+00:00">' in tag
 
 
 def test_the_skills_table_shows_descriptions_sorts_both_ways_and_filters_by_branch(
@@ -222,8 +222,9 @@ def test_a_proposal_s_diff_leaves_out_what_skilld_manages(
     assert "</span>\n<span" not in diff  # single-spaced: one line per line
     only_version = current.replace("version: '1'", "version: '2'")
     assert only_version != current
-    kept = proposal_diff(current, only_version)  # all that changed: shown
-    assert [line.text for line in kept if line.kind == "add"] == ["+  version: '2'"]
+    assert proposal_diff(current, only_version) == []  # what skilld manages is no change
+    unowned = current.replace("  managed-by: skilld\n", "")
+    assert unowned != current and proposal_diff(current, unowned) == []
 
 
 def test_run_now_previews_with_a_dry_run_then_moves(

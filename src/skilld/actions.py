@@ -123,6 +123,11 @@ def rollback(
     snapshot = version
     if version is not None and (number := version_number(version)) is not None:
         snapshot = snapshot_of(library, name, versions(), number).version
+    # A person's skill rolled back by its person (`force`) stays theirs: the rollback is
+    # their act, a new version of the same skill.
+    before = library.entry(name, parse=False)
+    persons = force and before is not None and before.owner == "human"
+    learned = library.state.provenance(library.name, name) is not None
     result = library.rollback(name, origin, version=snapshot, force=force)
     restored = current_version(versions(), result.sha256)
     if restored is None or restored["event"] == "rolled_back":
@@ -141,6 +146,8 @@ def rollback(
             "git": restored.get("git"),
         },
     )
+    if persons:
+        keep_persons(library, result.name, learned=learned)
     return result
 
 
@@ -169,18 +176,40 @@ def staged_library(app: App, name: str, project_root: str | None) -> Library:
 
 
 def write_by_hand(
-    library: Library, doc: SkillDoc, origin: Origin, *, new: bool
+    library: Library, doc: SkillDoc, origin: Origin, *, new: bool, managed: bool = False
 ) -> Written | Unchanged:
-    """A person's skill, written through the panel: the same write as `skills write` (checked,
-    atomic, the previous version kept in history, a `created`/`updated` event), then owned by
-    the person, as a hand edit of the file would make it (DESIGN.md §3): skilld forgets the
-    hash it wrote, so it never changes the skill afterwards. `new`: refuse a name that is
-    already taken (a new skill never replaces one). Raises LibraryError (Protected for a
-    pinned or foreign skill) as `Library.apply` does."""
+    """A person's skill, or their edit of one, written through the panel: the same write as
+    `skills write` (checked, atomic, the previous version kept in history, a `created`/
+    `updated` event: a new version of the same skill). `new`: refuse a name that is already
+    taken (a new skill never replaces one).
+
+    Then whose it is: by default the person's, as a hand edit of the file would make it
+    (DESIGN.md §3), and skilld never changes it afterwards; with `managed` it stays skilld's
+    to keep improving, the version recorded `approved_by` `origin.source`, as an approval's
+    is. Either way a skill skilld learned keeps its provenance row, so its effect is still
+    measured (§13). Raises LibraryError (Protected for a pinned or foreign skill) as
+    `Library.apply` does."""
+    from skilld.skills.outcomes import refused_or_written
+
     if new and library.get(doc.name) is not None:
         raise Protected(f"{doc.name} already exists in {library.name}: edit it instead")
+    learned = library.state.provenance(library.name, doc.name) is not None
     # `force`: a person may rewrite a skill that is already theirs (human), never another's.
     with library.state.transaction():
-        result = library.apply(doc, origin, force=True)
-        library.state.drop_provenance(library.name, result.name)
+        outcome = library.write(doc, origin, force=True)
+        detail = {"approved_by": origin.source} if managed else None
+        library.commit(outcome, origin, detail=detail)
+        result = refused_or_written(outcome)
+        if not managed:
+            keep_persons(library, result.name, learned=learned)
     return result
+
+
+def keep_persons(library: Library, name: str, *, learned: bool) -> None:
+    """`name` stays the person's after a write by their hand: skilld forgets the hash it
+    wrote. A skill it once `learned` keeps its row (where it came from, its measurement); one
+    it never learned has none."""
+    if learned:
+        library.state.disown_provenance(library.name, name)
+    else:
+        library.state.drop_provenance(library.name, name)

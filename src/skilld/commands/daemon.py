@@ -140,7 +140,7 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
         for row in rows if not args.json else ():
             print(
                 f"{row['name']:<32} {row['library'] or '-':<12} {row['staged_at']}"
-                f"  {row['held_because']}: {row['description']}"
+                f"  {row['held_because']}: {row['description']}  ({_taught_where(row['origin'])})"
             )
         return 0
     if args.command == "reject":
@@ -150,6 +150,16 @@ def cmd_review(app: App, args: argparse.Namespace) -> int:
     result = approve(app, args.name, cli_origin(), args.library)
     print(f"{result.kind} {result.name} {result.path}")
     return 0
+
+
+def _taught_where(origin: dict[str, Any]) -> str:
+    """`session S, learned on repo@branch`: where a staged proposal came from."""
+    from skilld.gitinfo import from_json
+    from skilld.reports.listing import learned_on_text
+
+    git = from_json(origin.get("git"))
+    where = learned_on_text(git.as_json()) if git is not None else "not in a git repository"
+    return f"session {origin.get('session') or '-'}, {where}"
 
 
 def _run_parser(parser: Parser) -> None:

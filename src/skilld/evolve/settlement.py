@@ -122,6 +122,9 @@ def decide(candidate: Candidate, facts: Facts) -> Decision:
         # A person could never approve it: say why once, instead of staging it.
         return Refuse("protected", f"{facts.existing.protection}: not staged for review ({held})")
     if held is not None:
+        if _changes_nothing(candidate, facts) and (facts.project is None or facts.project.allowed):
+            # A person would be asked to approve nothing: the write answers `unchanged`.
+            return Write(candidate)
         return Stage(held)
     existing = facts.existing
     if existing is None:
@@ -144,6 +147,16 @@ def decide(candidate: Candidate, facts: Facts) -> Decision:
     ):
         return MergeFirst(existing.doc, candidate.doc)
     return Write(candidate)
+
+
+def _changes_nothing(candidate: Candidate, facts: Facts) -> bool:
+    """The candidate says what the existing skill says, as its agent reads it."""
+    existing = facts.existing
+    return (
+        existing is not None
+        and existing.doc is not None
+        and same_text(existing.doc, candidate.doc, facts.dialect)
+    )
 
 
 def _held(candidate: Candidate, facts: Facts) -> str | None:

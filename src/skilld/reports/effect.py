@@ -50,17 +50,49 @@ def _measured(app: App, libraries: list[str], *, windowed: bool = False) -> Kept
     """Each learned skill's row and last exposure (`effect.report.Kept`): the daemon's last
     measurement while it holds, else measured now (with `windowed`, only the skills learned
     from a window: those with something to measure)."""
-    from skilld.effect.report import Kept, kept_measurement, windowed_skills
+    from skilld.effect.report import Kept, windowed_skills
 
-    app.backfill_targets()
-    kept = kept_measurement(
-        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
-    )
+    kept = kept_measurement_of(app, libraries)
     if kept is not None:
         return kept
     names = windowed_skills(app.state.conn, libraries) if windowed else None
     records = effect_records(app, libraries, names=names) if names != [] else []
     return Kept([r.row() for r in records], [r.measured.last_exposure for r in records])
+
+
+def skill_verdicts(
+    app: App, names: list[tuple[str, str]] | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(library, name) -> `{"verdict", "since"}` of each learned skill (of `names`, else of
+    every library): the daemon's last measurement while it holds, else those skills measured
+    now. What the panel's tables show beside a failure or a skill."""
+    libraries = [library.name for library in app.all_libraries()]
+    if names is not None:
+        libraries = sorted({library for library, _ in names} & set(libraries))
+        if not libraries or not names:
+            return {}
+    kept = kept_measurement_of(app, libraries)
+    if kept is not None:
+        rows = kept.rows
+    else:
+        rows = [record.row() for record in effect_records(app, libraries, names=names)]
+    wanted = None if names is None else set(names)
+    return {
+        (row["library"], row["name"]): {"verdict": row["verdict"], "since": row["since"]}
+        for row in rows
+        if wanted is None or (row["library"], row["name"]) in wanted
+    }
+
+
+def kept_measurement_of(app: App, libraries: list[str]) -> Kept | None:
+    """The daemon's last measurement of `libraries`, while nothing it read has changed (the
+    versions written before targets were recorded worked out first: that changes it)."""
+    from skilld.effect.report import kept_measurement
+
+    app.backfill_targets()
+    return kept_measurement(
+        app.state.conn, libraries, min_exposures=app.config.effect.min_exposures
+    )
 
 
 def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
@@ -86,9 +118,10 @@ def recurrence_rows(app: App, record: SkillEffect) -> list[dict[str, Any]]:
 
 def effect_week(app: App, days: int = 7) -> dict[str, Any]:
     """The overview's learning of the last `days` days: skills created and updated, failures
-    that stopped recurring (a skill's failure, seen before it, not again in the sessions
-    since), and recurring failures no skill covers that failed again."""
-    from skilld.effect.report import has_stopped, row_counts, uncovered_recurring
+    that stopped recurring (a `helps` skill's failure, seen before it, not again in the
+    sessions since), those still recurring though a skill targets them (any other verdict,
+    failed again since the skill), and recurring failures no skill covers that failed again."""
+    from skilld.effect.report import has_stopped, instant, row_counts, uncovered_recurring
     from skilld.effect.verdict import pool
     from skilld.state import utc_now_iso
 
@@ -102,10 +135,20 @@ def effect_week(app: App, days: int = 7) -> dict[str, Any]:
         "since": since,
         "created": learned["created"],
         "updated": learned["updated"],
+        # Only a decided `helps` is a failure a skill ended; every other skill whose failure
+        # came back after it is still recurring, whatever its verdict says of why.
         "stopped": [
             row
             for row, last in zip(measured.rows, measured.last_exposures, strict=True)
-            if has_stopped(row, last, since=since)
+            if row["verdict"] == "helps" and has_stopped(row, last, since=since)
+        ],
+        "recurring": [
+            row
+            for row, last in zip(measured.rows, measured.last_exposures, strict=True)
+            if row["verdict"] != "helps"
+            and row["after"]["failures"] > 0
+            and last is not None
+            and last >= (instant(since) or since)
         ],
         "uncovered": uncovered_recurring(
             app.state.conn,
@@ -127,23 +170,22 @@ def failure_report(
     from skilld.effect.store import failure_rows
 
     conn = app.state.conn
+    covered = covering_skills(conn, None)
     return failure_rows(
         conn,
         since=since_timestamp(since),
         repository=repository or None,
         recurring=recurring,
-        covered=covering_skills(conn, None),
-        verdicts=_verdicts(app),
+        covered=covered,
+        verdicts=_verdicts(app, sorted({key for keys in covered.values() for key in keys})),
     )
 
 
-def _verdicts(app: App, names: list[tuple[str, str]] | None = None) -> dict[tuple[str, str], str]:
-    """(library, name) -> the verdict of each learned skill (of `names` only, when given)."""
-    if names is not None:
-        records = effect_records(app, sorted({library for library, _ in names}), names=names)
-        return {(r.library, r.name): r.outcome.verdict for r in records}
-    rows = _measured(app, [library.name for library in app.all_libraries()]).rows
-    return {(row["library"], row["name"]): row["verdict"] for row in rows}
+def _verdicts(app: App, names: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(library, name) -> the verdict of each of `names` that skilld measures."""
+    if not names:
+        return {}
+    return {key: value["verdict"] for key, value in skill_verdicts(app, names).items()}
 
 
 def failure_detail(app: App, key: str) -> dict[str, Any]:
@@ -164,7 +206,7 @@ def failure_detail(app: App, key: str) -> dict[str, Any]:
         if occurrence["class"] in COUNTED_CLASSES
     }
     covering = skills_covering(conn, detail["signature"], sessions)
-    verdicts = _verdicts(app, covering) if covering else {}
+    verdicts = _verdicts(app, covering)
     detail["skills"] = [
         {"library": library, "name": name, "verdict": verdicts.get((library, name))}
         for library, name in covering

@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from skilld.state import DISOWNED
+
 if TYPE_CHECKING:
     from skilld.app import App
     from skilld.gitinfo import GitContext
@@ -48,7 +50,8 @@ def listed_skills(library: "Library", problems: list[str] | None = None) -> list
     for name, archived in library.archived().items():
         if name not in live:
             file = archived / SKILL_FILE if archived.is_dir() else archived
-            owner = "managed" if name in provenance else "human"
+            known = provenance.get(name)
+            owner = "managed" if known is not None and known.sha256 != DISOWNED else "human"
             entries.append((name, owner, str(file), None))
     archive = str(library.root / ".archive")
     listed = []

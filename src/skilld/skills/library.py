@@ -73,6 +73,7 @@ from skilld.skills.ownership import (
     owner_rule,
 )
 from skilld.skills.usage import Record, UsageStore, new_record
+from skilld.state import DISOWNED
 
 if TYPE_CHECKING:
     from skilld.skills.history import HistoryVersion, VersionHistory
@@ -669,7 +670,7 @@ class Library:
             target = self.root / name if source.is_dir() else self.root / f"{name}.md"
             skill_file = target / SKILL_FILE if source.is_dir() else target
             record = self.state.provenance(self.name, name)
-            ours = record.sha256 if record is not None else None
+            ours = record.sha256 if record is not None and record.sha256 != DISOWNED else None
             manifest = self._team_manifest()
             if manifest is not None and self.team is not None:
                 # Archived by any host's skilld: the team's manifest holds what it wrote.

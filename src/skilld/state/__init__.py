@@ -10,11 +10,12 @@ from skilld.errors import StateError
 from skilld.state.db import SCHEMA_VERSION, Database, utc_now_iso
 from skilld.state.events import EVENT_KINDS, Event, EventLog
 from skilld.state.proposals import KeptProposal, ProposalTable
-from skilld.state.provenance import Provenance, ProvenanceTable
+from skilld.state.provenance import DISOWNED, Provenance, ProvenanceTable
 from skilld.state.sessions import Held, SessionState, SessionTable
 from skilld.state.skill_uses import SkillUseTable
 
 __all__ = [
+    "DISOWNED",
     "EVENT_KINDS",
     "SCHEMA_VERSION",
     "Event",

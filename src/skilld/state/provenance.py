@@ -8,6 +8,11 @@ from typing import Any, NamedTuple
 
 from skilld.state.db import Database, utc_now_iso
 
+#: The hash a row keeps once a person took the skill over (`disown_provenance`): no file
+#: hashes to it, so the skill is `human` whatever its text, while the row still says where it
+#: was learned (its measurement continues, DESIGN.md §13).
+DISOWNED = "disowned"
+
 
 class Provenance(NamedTuple):
     library: str
@@ -161,6 +166,15 @@ class ProvenanceTable(Database):
             self.conn.execute(
                 "UPDATE provenance SET path = ? WHERE library = ? AND name = ?",
                 (path, library, name),
+            )
+
+    def disown_provenance(self, library: str, name: str) -> None:
+        """A person took `name` over: skilld never changes it again (no file hashes to
+        `DISOWNED`), and the row keeps where it was learned, so its effect is still measured."""
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE provenance SET sha256 = ?, prev_sha256 = ? WHERE library = ? AND name = ?",
+                (DISOWNED, DISOWNED, library, name),
             )
 
     def drop_provenance(self, library: str, name: str) -> None:

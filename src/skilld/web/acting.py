@@ -1,8 +1,12 @@
 """What the panel's buttons do: each through the function the CLI calls for the same verb, with
 an outcome that names skills (never full paths), and the page the browser goes back to.
 
-A person's skill written in the panel (`write`) is theirs: `actions.write_by_hand`. Run now
-(`curate`) is `skilld curate`'s lifecycle pass, and its preview `skilld curate --dry-run`'s.
+A person's skill written in the panel (`write`) is theirs: `actions.write_by_hand`; an edit is
+saved as theirs, or (`save=managed`) left to skilld to keep improving. Archive, Roll back and
+Delete are a person's acts: they take a human skill too (`force`), never a pinned one or one
+the agent's bundle, a hub or another folder owns; the skill page offers only what is accepted
+(`offered`). Run now (`curate`) is `skilld curate`'s lifecycle pass, and its preview `skilld
+curate --dry-run`'s.
 """
 
 from __future__ import annotations
@@ -25,6 +29,19 @@ SKILL_ACTIONS = ("pin", "unpin", "archive", "restore", "rollback", "delete")
 REVIEW_ACTIONS = ("approve", "reject")
 #: Every verb `/act/{verb}` takes; all but `curate` name a skill.
 VERBS = (*SKILL_ACTIONS, *REVIEW_ACTIONS, "write", "curate")
+#: The owners whose skill a person may edit, archive, roll back or delete from the panel.
+CHANGEABLE = ("managed", "human")
+
+
+def offered(owner: str, *, pinned: bool, archived: bool) -> set[str]:
+    """The buttons a skill's page shows (`edit` and `SKILL_ACTIONS`' verbs): each one the panel
+    accepts for a skill of `owner`, pinned or not, live or `archived`."""
+    if archived:
+        return {"restore", "rollback"}
+    shown = {"unpin" if pinned else "pin"}
+    if owner in CHANGEABLE and not pinned:
+        shown |= {"edit", "archive", "rollback", "delete"}
+    return shown
 
 
 def perform(app: App, verb: str, fields: Mapping[str, str]) -> tuple[str, str | None]:
@@ -51,16 +68,16 @@ def perform(app: App, verb: str, fields: Mapping[str, str]) -> tuple[str, str | 
             else f"Unpinned {name}: skilld may change it again."
         )
     elif verb == "archive":
-        chosen.archive(name, PANEL, reason="by hand")
+        chosen.archive(name, PANEL, reason="by hand", force=True)
         message = f"Archived {name}: Restore brings it back."
     elif verb == "restore":
         chosen.restore(name, PANEL)
         message = f"Restored {name}."
     elif verb == "rollback":
-        actions.rollback(app, chosen, name, PANEL, fields.get("version") or None)
+        actions.rollback(app, chosen, name, PANEL, fields.get("version") or None, force=True)
         message = f"Rolled {name} back to the chosen version."
     else:
-        deleted = chosen.delete(name, PANEL)
+        deleted = chosen.delete(name, PANEL, force=True)
         message = f"Deleted {name}: its last version stays in history."
         if deleted.kept:
             message += f" Kept {', '.join(deleted.kept)}: not written by skilld."
@@ -68,7 +85,8 @@ def perform(app: App, verb: str, fields: Mapping[str, str]) -> tuple[str, str | 
 
 
 def write(app: App, fields: Mapping[str, str]) -> tuple[str, str]:
-    """A person's new skill (`new` set) or their edit of one, owned by them from then on."""
+    """A person's new skill (`new` set), or their edit of one: theirs from then on, or with
+    `save=managed` still skilld's to improve (the edit a version approved by the panel)."""
     from skilld.skills.document import SkillDoc
 
     name = fields.get("name", "").strip()
@@ -83,8 +101,11 @@ def write(app: App, fields: Mapping[str, str]) -> tuple[str, str]:
         body=fields.get("body", "").replace("\r\n", "\n"),
     )
     new = fields.get("new") == "1"
-    result = actions.write_by_hand(library, doc, PANEL, new=new)
+    managed = not new and fields.get("save") == "managed"
+    result = actions.write_by_hand(library, doc, PANEL, new=new, managed=managed)
     verb = "Wrote" if result.kind == "created" else "Saved" if result.kind == "updated" else "Kept"
+    if managed:
+        return f"{verb} {result.name}: skilld keeps improving it.", library.name
     return f"{verb} {result.name}: it is yours, and skilld will not change it.", library.name
 
 

@@ -34,13 +34,7 @@ from skilld.config import Config
 from skilld.errors import LibraryError, NotFound, SkilldError, UsageError
 from skilld.fsutil import read_tree_file
 from skilld.reports.curator import curator_report
-from skilld.reports.effect import (
-    effect_records,
-    effect_rows,
-    effect_week,
-    failure_detail,
-    failure_report,
-)
+from skilld.reports.effect import effect_rows, effect_week, skill_verdicts
 from skilld.reports.events import count_option, event_page
 from skilld.reports.listing import (
     learned_on,
@@ -62,7 +56,7 @@ from skilld.reports.week import one_line, week_report
 from skilld.skills.layout import SKILL_FILE
 from skilld.skills.library import FileFacts, Library
 from skilld.state import EVENT_KINDS
-from skilld.web import acting
+from skilld.web import acting, failures
 from skilld.web.present import (
     FLASH_COOKIE,
     FLASH_SECONDS,
@@ -79,6 +73,7 @@ from skilld.web.render import (
     split_frontmatter,
     unified_diff,
 )
+from skilld.web.responses import JSON, refusal_status
 from skilld.web.security import (
     CSRF_FIELD,
     PUBLIC_PATHS,
@@ -88,7 +83,15 @@ from skilld.web.security import (
     secret_matches,
     set_session_cookie,
 )
-from skilld.web.skills_table import SORTS, chosen_sort, sort_rows, table_row
+from skilld.web.skills_table import (
+    SORTS,
+    VERDICTS,
+    chosen_sort,
+    matches,
+    sort_rows,
+    table_row,
+    verdict_rank,
+)
 
 PAGE_SIZE = 50
 #: `/api/events` without a `limit`: the newest 100.
@@ -105,15 +108,6 @@ NAV = (
     ("/curator", "Curator"),
     ("/write", "Write a skill"),
 )
-
-
-class JSON(Response):
-    """What `print_json_line` prints, as a response body."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=False, default=str).encode("utf-8")
 
 
 class Panel:
@@ -134,8 +128,8 @@ class Panel:
         )
         #: What the skills page learned of each skill file, for as long as the panel runs.
         self._file_facts: FileFacts = {}
-        #: Each skill file's description: path -> ((mtime, size), description).
-        self._descriptions: dict[str, tuple[tuple[float, int], str]] = {}
+        #: Each skill file's description and body: path -> ((mtime, size), (description, body)).
+        self._texts: dict[str, tuple[tuple[float, int], tuple[str, str]]] = {}
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -228,13 +222,16 @@ class Panel:
         query = request.query_params
         library, owner, state = (query.get(k) or None for k in ("library", "owner", "state"))
         repository, branch = (query.get(k) or None for k in ("repository", "branch"))
+        verdict = query.get("verdict") or None
         search = (query.get("q") or "").strip().lower()
+        words = search.split()
         sort, descending = chosen_sort(query.get("sort"), query.get("order"))
         page = _int(query.get("page"), 1)
 
         def build(app: App) -> dict[str, Any]:
             libraries = [lib.name for lib in app.all_libraries()]
             chosen = [app.select(library)] if library in libraries else app.all_libraries()
+            library_of = {lib.name: lib for lib in chosen}
             problems: list[str] = []
             skills = [
                 skill
@@ -243,9 +240,8 @@ class Panel:
                 if (owner is None or skill.owner == owner)
                 and (state is None or skill.state == state or (state == "pinned" and skill.pinned))
                 and (
-                    not search
-                    or search in skill.name
-                    or search in self.description(lib, skill.path, skill.broken).lower()
+                    not words
+                    or matches(words, skill.name, *self.text(lib, skill.path, skill.broken))
                 )
             ]
             if repository is not None or branch is not None:
@@ -253,6 +249,17 @@ class Panel:
                     skill
                     for skill in skills
                     if learned_on(skill_row(skill)["git"], repository, branch)
+                ]
+            # Filtering or sorting by verdict needs every listed skill's; else the page's only.
+            every = verdict is not None or sort == "verdict"
+            verdicts: dict[tuple[str, str], dict[str, Any]] = {}
+            if every:
+                verdicts = skill_verdicts(app, [(s.library, s.name) for s in skills])
+            if verdict is not None:
+                skills = [
+                    skill
+                    for skill in skills
+                    if (verdicts.get((skill.library, skill.name)) or {}).get("verdict") == verdict
                 ]
             pages = max(1, -(-len(skills) // PAGE_SIZE))
             start = (min(page, pages) - 1) * PAGE_SIZE
@@ -262,17 +269,16 @@ class Panel:
                 shown = [table_row(skill) for skill in skills[start : start + PAGE_SIZE]]
             else:
                 rows = [table_row(skill) for skill in skills]
+                for row in rows if every else ():
+                    found = verdicts.get((row["library"], row["name"])) or {}
+                    row["verdict_rank"] = verdict_rank(found.get("verdict"))
                 shown = sort_rows(rows, sort, descending)[start : start + PAGE_SIZE]
-            shown_names = [(row["library"], row["name"]) for row in shown]
-            verdicts = {
-                (record.library, record.name): record.outcome.verdict
-                for record in effect_records(app, [lib.name for lib in chosen], names=shown_names)
-            }
-            library_of = {lib.name: lib for lib in chosen}
+            if not every:
+                verdicts = skill_verdicts(app, [(row["library"], row["name"]) for row in shown])
             for row in shown:
-                row["verdict"] = verdicts.get((row["library"], row["name"]))
+                row["verdict"] = (verdicts.get((row["library"], row["name"])) or {}).get("verdict")
                 row["description"] = one_line(
-                    self.description(library_of[row["library"]], row["path"], row["broken"])
+                    self.text(library_of[row["library"]], row["path"], row["broken"])[0]
                 )
             return {
                 "rows": shown,
@@ -285,35 +291,36 @@ class Panel:
         values = await self.with_app(build)
         filters = {
             "q": search, "library": library or "", "owner": owner or "", "state": state or "",
-            "repository": repository or "", "branch": branch or "",
+            "repository": repository or "", "branch": branch or "", "verdict": verdict or "",
         }  # fmt: skip
         return self.page(
             request, "skills.html", title="Skills", page=page, filters=filters, sort=sort,
-            order="desc" if descending else "asc", sorts=SORTS, **values,
+            order="desc" if descending else "asc", sorts=SORTS, verdicts=VERDICTS, **values,
         )  # fmt: skip
 
-    def description(self, library: Library, path: str, broken: str | None) -> str:
-        """The description of the skill file at `path`, read once per file version (the
-        search reads every skill's), through the library's tree guard (no link on the way, no
+    def text(self, library: Library, path: str, broken: str | None) -> tuple[str, str]:
+        """The description and body of the skill file at `path` (what the search reads),
+        read once per file version, through the library's tree guard (no link on the way, no
         FIFO, nothing over the bound), and never for a broken entry."""
         from skilld.skills.document import parse_skill
 
         if broken:
-            return ""
+            return "", ""
         try:
             stat = os.stat(path, follow_symlinks=False)
             relpath = Path(path).relative_to(library.root).as_posix()
         except (OSError, ValueError):
-            return ""
+            return "", ""
         mark = (stat.st_mtime, stat.st_size)
-        cached = self._descriptions.get(path)
+        cached = self._texts.get(path)
         if cached is not None and cached[0] == mark:
             return cached[1]
         try:
-            text = parse_skill(read_tree_file(library.root, relpath) or b"").description
+            doc = parse_skill(read_tree_file(library.root, relpath) or b"")
+            text = (doc.description, doc.body)
         except (OSError, ValueError):  # UnsafePath and SkillParseError are ValueErrors
-            text = ""
-        self._descriptions[path] = (mark, text)
+            text = ("", "")
+        self._texts[path] = (mark, text)
         return text
 
     async def skill(self, request: Request) -> Response:
@@ -380,47 +387,39 @@ class Panel:
                 "charted": sum(count for _, count in daily),
                 "undated": max(0, effect["uses"] - sum(effect["uses_by_day"].values())),
                 "archived": entry is None,
+                "offered": acting.offered(
+                    report["owner"], pinned=record.get("pinned") is True, archived=entry is None
+                ),
             }
 
         try:
             values = await self.with_app(build)
         except SkilldError as exc:
-            return self.refusal(request, _refusal_status(exc), str(exc))
+            return self.refusal(request, refusal_status(exc), str(exc))
         if values is None:
             return self.refusal(request, 404, f"no skill named {name} in library {library_name}")
         return self.page(
             request, "skill.html", title=f"Skill {name}", a=before or "", b=after or "", **values
         )
 
+    # The failures' pages and API: `skilld.web.failures`.
+
     async def failures(self, request: Request) -> Response:
-        """Every failure, recurring first: those a skill covers (with its verdict) beside those
-        none does."""
-
-        def build(app: App) -> dict[str, Any]:
-            rows = failure_report(app)
-            verdicts = _verdicts(app, [skill for row in rows for skill in row["skills"]])
-            return {"rows": rows, "verdicts": verdicts}
-
-        values = await self.with_app(build)
-        return self.page(request, "failures.html", title="Failures", **values)
+        return await failures.failures_page(self, request)
 
     async def failure(self, request: Request) -> Response:
-        """One failure and where it happened: each occurrence, oldest first."""
-        key = request.path_params["failure"]
+        return await failures.failure_page(self, request)
 
-        def build(app: App) -> dict[str, Any]:
-            detail = failure_detail(app, key)
-            return {"failure": detail, "verdicts": _verdicts(app, detail["skills"])}
+    async def api_failures(self, request: Request) -> Response:
+        return await failures.api_failures(self, request)
 
-        try:
-            values = await self.with_app(build)
-        except SkilldError as exc:
-            return self.refusal(request, _refusal_status(exc), str(exc))
-        return self.page(request, "failure.html", title=f"Failure {key}", **values)
+    async def api_failure(self, request: Request) -> Response:
+        return await failures.api_failure(self, request)
 
     async def review(self, request: Request) -> Response:
         def build(app: App) -> dict[str, Any]:
-            from skilld.skills.document import SkillDoc, render_skill
+            from skilld.gitinfo import from_json
+            from skilld.skills.document import SkillDoc, render_skill, same_text
 
             items = []
             for item in review_items(app):
@@ -439,6 +438,13 @@ class Panel:
                         current = entry.text()
                     except LibraryError as exc:
                         broken = str(exc)
+                taught = item["origin"]
+                # Staged before skilld left such proposals out: approving would change nothing.
+                unchanged = (
+                    entry is not None
+                    and entry.doc is not None
+                    and same_text(entry.doc, doc, target.form)
+                )
                 diff = proposal_diff(current, proposal) if current is not None else None
                 # Shown only: a sidecar the guard refuses shows no pin; an approval reads it.
                 record = target.listed_usage()[0].get(entry.name) if entry is not None else None
@@ -452,6 +458,9 @@ class Panel:
                         "broken": broken,
                         "pinned": bool(record and record.get("pinned")),
                         "blocked": blocked,
+                        "unchanged": unchanged,
+                        "session": taught.get("session"),
+                        "git": git.as_json() if (git := from_json(taught.get("git"))) else None,
                     }
                 )
             return {"items": items, "publish": app.config.evolve.publish}
@@ -550,7 +559,7 @@ class Panel:
         try:
             values = await self.with_app(build)
         except SkilldError as exc:
-            return self.refusal(request, _refusal_status(exc), str(exc))
+            return self.refusal(request, refusal_status(exc), str(exc))
         if values is None:
             return self.refusal(request, 404, f"no readable skill named {name} to edit")
         title = f"Edit {name}" if name else "Write a skill"
@@ -665,26 +674,6 @@ class Panel:
     async def api_review(self, request: Request) -> Response:
         return JSON(await self.with_app(review_items))
 
-    async def api_failures(self, request: Request) -> Response:
-        query = request.query_params
-        since, repository = query.get("since") or None, query.get("repository") or None
-        recurring = query.get("recurring", "") not in ("", "0", "false")
-
-        def build(app: App) -> list[dict[str, Any]]:
-            return failure_report(app, since=since, repository=repository, recurring=recurring)
-
-        try:
-            return JSON(await self.with_app(build))
-        except UsageError as exc:
-            return JSON({"error": str(exc)}, 400)
-
-    async def api_failure(self, request: Request) -> Response:
-        key = request.path_params["failure"]
-        try:
-            return JSON(await self.with_app(lambda app: failure_detail(app, key)))
-        except NotFound as exc:
-            return JSON({"error": str(exc)}, 404)
-
     async def api_effect(self, request: Request) -> Response:
         library = request.query_params.get("library")
         try:
@@ -697,25 +686,6 @@ class _Refusal(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _refusal_status(exc: SkilldError) -> int:
-    """404 for what is not there, 400 for a bad request, 409 for what the rules refuse."""
-    if isinstance(exc, NotFound):
-        return 404
-    return 400 if isinstance(exc, UsageError) else 409
-
-
-def _verdicts(app: App, skills: list[dict[str, str]]) -> dict[tuple[str, str], str]:
-    """The verdict of each of `skills` (`{"library", "name"}`) that has one."""
-    names = sorted({(skill["library"], skill["name"]) for skill in skills})
-    if not names:
-        return {}
-    libraries = sorted({library for library, _ in names})
-    return {
-        (record.library, record.name): record.outcome.verdict
-        for record in effect_records(app, libraries, names=names)
-    }
 
 
 def library_roots(app: App) -> dict[str, str]:

@@ -76,14 +76,14 @@ def _days(count: int, unit: str) -> str:
 
 
 def time_tag(value: object, now: datetime | None = None) -> Markup:
-    """`<time datetime=ISO title="exact time">3 h ago</time>`, or "never" with no time."""
+    """`<time datetime=ISO title=ISO>3 h ago</time>`, or "never" with no time: every time a
+    person reads in the panel is this one tag (the `ago` filter), the exact value on hover."""
     moment = parse_time(value)
     if moment is None:
         return Markup("never") if not value else Markup(escape(str(value)))
     exact = moment.astimezone(UTC).isoformat(timespec="seconds")
     shown = ago(moment, now or datetime.now(UTC))
-    title = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return Markup(f'<time datetime="{exact}" title="{title}">{shown}</time>')  # our own text
+    return Markup(f'<time datetime="{exact}" title="{exact}">{shown}</time>')  # our own text
 
 
 def short_path(value: str, roots: Mapping[str, str]) -> str:
@@ -144,7 +144,7 @@ def event_row(event: Mapping[str, Any], roots: Mapping[str, str], now: datetime)
             else _e(skill or "-")
         )
         + "</td>",
-        '<td class="id">'
+        '<td class="session">'
         + (_link(f"/events?session={quote(session)}", session) if session else "-")
         + "</td>",
         f"<td>{_e(event['source'] or '-')}</td>",

@@ -174,11 +174,10 @@ def without_managed_lines(text: str) -> str:
 
 
 def proposal_diff(current: str, proposal: str) -> list[DiffLine]:
-    """The diff a person reviews: without the lines skilld manages itself (version, source
-    session), unless those are all that changed."""
+    """The diff a person reviews: without the lines skilld manages itself (ownership, version,
+    source session), which approving never takes away; empty when only those differ."""
     names = {"before_name": "current", "after_name": "proposal"}
-    diff = unified_diff(without_managed_lines(current), without_managed_lines(proposal), **names)
-    return diff or unified_diff(current, proposal, **names)
+    return unified_diff(without_managed_lines(current), without_managed_lines(proposal), **names)
 
 
 def bar_chart(

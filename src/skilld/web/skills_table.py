@@ -17,7 +17,28 @@ SORTS: dict[str, tuple[str, bool]] = {
     "uses": ("use_count", True),
     "last-use": ("last_activity_at", True),
     "created": ("created_at", True),  # the newest first
+    "verdict": ("verdict_rank", False),  # what most needs a person first
 }
+#: Every verdict `skilld effect` gives, in the order the table sorts them: those asking a
+#: person to act first, then those still waiting for sessions, `helps` last.
+VERDICTS = (
+    "worse", "no-change", "not-triggered", "helps-when-loaded", "too-early", "no-failure",
+    "helps",
+)  # fmt: skip
+
+
+def verdict_rank(verdict: str | None) -> int | None:
+    """Where `verdict` sorts (`VERDICTS`' order; an unknown one after them); None: none."""
+    if verdict is None:
+        return None
+    return VERDICTS.index(verdict) if verdict in VERDICTS else len(VERDICTS)
+
+
+def matches(words: list[str], *texts: str) -> bool:
+    """Whether every one of `words` (lower case) is in one of `texts` (name, description,
+    body): a search for `push upstream` finds the skill whose body says both."""
+    joined = "\n".join(texts).lower()
+    return all(word in joined for word in words)
 
 
 def chosen_sort(sort: str | None, order: str | None) -> tuple[str, bool]:
