@@ -29,7 +29,17 @@ Clock = Callable[[], datetime]
 Decision = Literal["defer", "due", "wait"]
 
 
+#: A fixed time every command and the daemon take for now (ISO-8601, e.g.
+#: `2026-12-03T05:00:00+00:00`): how tests run the curator and the holdout through days.
+NOW_ENV = "SKILLD_NOW"
+
+
 def utc_now() -> datetime:
+    """Now, or the time `$SKILLD_NOW` names."""
+    fixed = os.environ.get(NOW_ENV)
+    if fixed:
+        moment = datetime.fromisoformat(fixed)
+        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
     return datetime.now(UTC)
 
 

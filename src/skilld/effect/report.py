@@ -161,6 +161,26 @@ def effect_records(
     return records
 
 
+def skill_anchors(
+    conn: sqlite3.Connection, libraries: Sequence[str]
+) -> dict[tuple[str, str], list[Anchor]]:
+    """Each learned skill's source failures, as anchors, by (library, name): what the holdout
+    counts its arms over (`skilld.effect.holdout_store.arm_counts`)."""
+    skills = _skills(conn, libraries)
+    versions = _versions(conn, skills) if skills else {}
+    failures = _window_failures(conn, [v for vs in versions.values() for v in vs])
+    facts = _session_facts(conn, sorted({v.session for vs in versions.values() for v in vs}))
+    agents = {session: fact[0] for session, fact in facts.items()}
+    return {
+        key: anchors_of(
+            versions.get(key, []),
+            [f for v in versions.get(key, []) for f in failures.get(v.session, ())],
+            agents,
+        )
+        for key in sorted(skills)
+    }
+
+
 def effect_rows(
     conn: sqlite3.Connection, libraries: Sequence[str], *, min_exposures: int
 ) -> list[dict[str, Any]]:

@@ -1,0 +1,326 @@
+"""The holdout's tables in state.db, its per-install secret, and its arms counted from the
+effect tables (DESIGN.md §14; decisions in `skilld.effect.holdout`).
+
+`holdout_skills`: one row per skill that entered a holdout: its state, when it started and
+stopped, and where it is while withheld (`withheld`, relative to its skills dir, and `home`,
+where it goes back to), with an *intent* (`moving`: "withhold" or "restore") committed before a
+move and cleared in the transaction that records it, so a process killed between the two
+leaves a record of what it was doing (`skilld.curator.holdout.repair`).
+`holdout_spans`: each time a skill was withheld, [start, end).
+
+The tables are created on first use (`ensure`), not by a state.db migration: a state.db that
+never held a skill out has none of them, and an older skilld opening a newer state.db sees
+nothing it does not know.
+
+Plain sqlite3 connection in, values out; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+from skilld.effect.extract import COUNTED_CLASSES
+from skilld.effect.holdout import (
+    ArmCounts,
+    HoldoutState,
+    SessionSpan,
+    Span,
+    arms,
+    holdout_object,
+    off,
+)
+
+#: The secret the block draws are keyed with, in the state dir (0600).
+SECRET_FILE = "holdout.key"
+
+_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS holdout_skills (
+        library  TEXT NOT NULL,
+        name     TEXT NOT NULL,
+        state    TEXT NOT NULL,
+        started  TEXT NOT NULL,
+        stopped  TEXT,
+        withheld TEXT,
+        home     TEXT,
+        until    TEXT,
+        moving   TEXT,
+        PRIMARY KEY (library, name)
+    );
+    CREATE TABLE IF NOT EXISTS holdout_spans (
+        library TEXT NOT NULL,
+        name    TEXT NOT NULL,
+        start   TEXT NOT NULL,
+        end     TEXT,
+        PRIMARY KEY (library, name, start)
+    ) WITHOUT ROWID;
+"""
+
+
+def ensure(conn: sqlite3.Connection) -> None:
+    """Create the holdout's tables when they do not exist yet."""
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def has_tables(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'holdout_skills'"
+    ).fetchone()
+    return row is not None
+
+
+def load_secret(state_dir: Path) -> bytes:
+    """The install's secret, created (0600, 32 random bytes as hex) on first use. It is
+    written aside and linked into place, so a process reading it never sees half of it, and
+    two processes creating it at once agree on the first one linked."""
+    path = state_dir / SECRET_FILE
+    if not os.path.lexists(path):
+        aside = state_dir / f".{SECRET_FILE}.{os.getpid()}"
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as created:
+            created.write(secrets.token_hex(32).encode())
+            created.flush()
+            os.fsync(created.fileno())
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+        finally:
+            os.unlink(aside)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as existing:
+        data = existing.read(256).strip()
+    if len(data) < 32:
+        raise OSError(f"{path}: the holdout secret is unreadable; remove it to make a new one")
+    return data
+
+
+def iso(moment: datetime) -> str:
+    """The one text form the holdout's times are stored in (UTC, to the second)."""
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def parse(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class HeldSkill(NamedTuple):
+    library: str
+    name: str
+    state: HoldoutState
+    started: datetime
+    stopped: datetime | None
+    withheld: str | None  # relative to the skills dir, while withheld
+    home: str | None  # where it goes back to
+    until: datetime | None  # the end of the block it is withheld for
+    moving: str | None  # "withhold" | "restore": a move in flight
+
+
+def held_skills(conn: sqlite3.Connection, library: str | None = None) -> dict[str, HeldSkill]:
+    """The skills of `library` (or of every library, keyed "library/name") that entered a
+    holdout."""
+    if not has_tables(conn):
+        return {}
+    sql = "SELECT library, name, state, started, stopped, withheld, home, until, moving"
+    sql += " FROM holdout_skills"
+    rows = (
+        conn.execute(sql + " WHERE library = ?", (library,))
+        if library is not None
+        else conn.execute(sql + " ORDER BY library, name")
+    )
+    found = {}
+    for lib, name, state, started, stopped, withheld, home, until, moving in rows.fetchall():
+        key = name if library is not None else f"{lib}/{name}"
+        found[key] = HeldSkill(
+            lib, name, state, parse(started), parse(stopped) if stopped else None,
+            withheld, home, parse(until) if until else None, moving,
+        )  # fmt: skip
+    return found
+
+
+def start(conn: sqlite3.Connection, library: str, name: str, at: datetime) -> HeldSkill:
+    conn.execute(
+        "INSERT OR IGNORE INTO holdout_skills(library, name, state, started)"
+        " VALUES (?, ?, 'running', ?)",
+        (library, name, iso(at)),
+    )
+    return HeldSkill(library, name, "running", at, None, None, None, None, None)
+
+
+def set_state(
+    conn: sqlite3.Connection, library: str, name: str, state: HoldoutState, at: datetime
+) -> None:
+    conn.execute(
+        "UPDATE holdout_skills SET state = ?, stopped = ? WHERE library = ? AND name = ?",
+        (state, iso(at), library, name),
+    )
+
+
+def intend(
+    conn: sqlite3.Connection, library: str, name: str, move: str, home: str | None = None
+) -> None:
+    """Record the move about to happen (committed by the caller before it moves anything);
+    a withholding records where the skill lives (`home`) too."""
+    conn.execute(
+        "UPDATE holdout_skills SET moving = ?, home = COALESCE(?, home)"
+        " WHERE library = ? AND name = ?",
+        (move, home, library, name),
+    )
+
+
+def mark_withheld(
+    conn: sqlite3.Connection,
+    library: str,
+    name: str,
+    *,
+    withheld: str,
+    home: str,
+    until: datetime,
+    at: datetime,
+) -> None:
+    conn.execute(
+        "UPDATE holdout_skills SET withheld = ?, home = ?, until = ?, moving = NULL"
+        " WHERE library = ? AND name = ?",
+        (withheld, home, iso(until), library, name),
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO holdout_spans(library, name, start) VALUES (?, ?, ?)",
+        (library, name, iso(at)),
+    )
+
+
+def mark_present(conn: sqlite3.Connection, library: str, name: str, at: datetime) -> None:
+    conn.execute(
+        "UPDATE holdout_skills SET withheld = NULL, until = NULL, moving = NULL"
+        " WHERE library = ? AND name = ?",
+        (library, name),
+    )
+    conn.execute(
+        "UPDATE holdout_spans SET end = ? WHERE library = ? AND name = ? AND end IS NULL",
+        (iso(at), library, name),
+    )
+
+
+def clear_intent(conn: sqlite3.Connection, library: str, name: str) -> None:
+    conn.execute(
+        "UPDATE holdout_skills SET moving = NULL WHERE library = ? AND name = ?", (library, name)
+    )
+
+
+def spans(conn: sqlite3.Connection, library: str) -> dict[str, list[Span]]:
+    """Each skill's withheld spans in `library`, oldest first."""
+    if not has_tables(conn):
+        return {}
+    found: dict[str, list[Span]] = {}
+    for name, begin, end in conn.execute(
+        "SELECT name, start, end FROM holdout_spans WHERE library = ? ORDER BY name, start",
+        (library,),
+    ).fetchall():
+        found.setdefault(name, []).append(Span(parse(begin), parse(end) if end else None))
+    return found
+
+
+class Targeted(Protocol):
+    """A source failure as the effect report's anchors carry it (`measure.Anchor`)."""
+
+    @property
+    def signature(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+    @property
+    def source(self) -> str: ...  # the agent
+    @property
+    def repository(self) -> str | None: ...  # None: every repository of the agent
+
+
+def arm_counts(
+    conn: sqlite3.Connection,
+    failures: Sequence[Targeted],
+    skill_spans: Sequence[Span],
+    *,
+    started: datetime,
+    stopped: datetime | None,
+    now: datetime,
+) -> tuple[ArmCounts, ArmCounts]:
+    """(present, withheld): the sessions, while the holdout ran, that ran a source failure's
+    command head (of its agent, and repository when known), and among them those in which one
+    of their source failures' signatures failed again (a counted class)."""
+    low, high = iso(started), iso(stopped or now)
+    first: dict[str, str] = {}
+    failed: set[str] = set()
+    classes = ", ".join("?" for _ in COUNTED_CLASSES)
+    for failure in failures:
+        repository = " AND repository = ?" if failure.repository is not None else ""
+        params: list[object] = [failure.command, failure.source]
+        params += [failure.repository] if failure.repository is not None else []
+        rows = conn.execute(
+            "SELECT session, session_ts FROM effect_runs WHERE command = ? AND source = ?"
+            f"{repository} AND session_ts >= ? AND session_ts <= ?",
+            [*params, low, high],
+        ).fetchall()
+        ran = {session: ts for session, ts in rows}
+        first.update(ran)
+        signature_params: list[object] = [failure.signature, failure.source]
+        signature_params += [failure.repository] if failure.repository is not None else []
+        for (session,) in conn.execute(
+            "SELECT DISTINCT session FROM effect_failures"
+            f" WHERE signature = ? AND source = ?{repository} AND class IN ({classes})"
+            " AND session_ts >= ? AND session_ts <= ?",
+            [*signature_params, *COUNTED_CLASSES, low, high],
+        ).fetchall():
+            if session in ran:
+                failed.add(session)
+    last = _last_seen(conn, first)
+    sessions = [
+        SessionSpan(session, parse(ts), max(parse(ts), last.get(session, parse(ts))),
+                    session in failed)
+        for session, ts in first.items()
+    ]  # fmt: skip
+    return arms(sessions, skill_spans, now=now)
+
+
+def _last_seen(conn: sqlite3.Connection, sessions: Iterable[str]) -> dict[str, datetime]:
+    """The latest time each session was seen doing something (its last command's first run,
+    its last failure): the end of a session as the effect tables know it."""
+    wanted = json.dumps(sorted(sessions))
+    found: dict[str, datetime] = {}
+    for session, moment in conn.execute(
+        "SELECT session, MAX(at) FROM (SELECT session, first_ts AS at FROM effect_runs"
+        " WHERE session IN (SELECT value FROM json_each(?)) UNION ALL SELECT session, ts"
+        " FROM effect_failures WHERE session IN (SELECT value FROM json_each(?)))"
+        " WHERE at IS NOT NULL GROUP BY session",
+        (wanted, wanted),
+    ).fetchall():
+        with contextlib.suppress(ValueError):
+            found[session] = parse(moment)
+    return found
+
+
+def holdout_for(
+    conn: sqlite3.Connection,
+    library: str,
+    name: str,
+    failures: Sequence[Targeted],
+    *,
+    now: datetime,
+) -> dict[str, object]:
+    """The `holdout` object of a skill's effect row (DESIGN.md §14): its state and arms,
+    `off` when it never entered a holdout. `failures`: its source failures (the effect
+    report's anchors)."""
+    held = held_skills(conn, library).get(name)
+    if held is None:
+        return off()
+    skill_spans = spans(conn, library).get(name, [])
+    present, withheld = arm_counts(
+        conn, failures, skill_spans, started=held.started, stopped=held.stopped, now=now
+    )
+    return holdout_object(held.state, present, withheld)

@@ -1,0 +1,263 @@
+"""The switchback holdout (DESIGN.md §14) through the CLI, on a clock the test sets
+(`SKILLD_NOW`): `skilld once` withholds a learned skill exactly on its drawn blocks and puts it
+back after; a person's, a pinned and a team library's skill never move; `holdout = 0` moves
+nothing; a daemon killed (SIGKILL) in the middle of a move leaves the skill in exactly one
+place after the next tick; and the pure pieces (blocks, the draw, the arms, the interval)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from skilld.app import open_app
+from skilld.config import load_config
+from skilld.curator._lifecycle import LiveSkill, decide
+from skilld.effect import holdout_store as store
+from skilld.effect.extract import Failure, ToolRun
+from skilld.effect.holdout import (
+    ArmCounts,
+    Span,
+    arm_of,
+    block_end,
+    block_start,
+    decided,
+    ineligible_reason,
+    is_withheld,
+    newcombe,
+    next_state,
+    wilson,
+)
+from skilld.effect.store import SessionFacts, record_read
+from skilld.skills.document import SkillDoc
+from skilld.skills.outcomes import Origin
+from tests.conftest import Workspace
+from tests.effect_history import REPOSITORY
+from tests.test_curator import T0, THRESHOLDS, record
+
+SECRET = b"f" * 64
+WITHHELD = ".skilld/withheld"
+#: Noon UTC on day 0 (the tests run at TZ=UTC: blocks start at 04:00 UTC).
+DAY0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+LEARNED = "push-upstream"
+
+
+def learn(workspace: Workspace, name: str, *, pinned: bool = False) -> None:
+    """skilld writes `name`, learned from a session whose `git push` failed and was fixed."""
+    with open_app(load_config(workspace.config_path)) as app:
+        app.library.apply(
+            SkillDoc(name=name, description=f"How to {name}.", body="Run `git push -u`.\n"),
+            Origin(source="evolve", session=f"claude-code:src-{name}"),
+        )
+        session = f"claude-code:src-{name}"
+        started = (DAY0 - timedelta(days=2)).isoformat()
+        facts = SessionFacts(session, "claude-code", "default", REPOSITORY, started)
+        failure = Failure(1, None, "Bash", "git push", "fatal: no upstream", "sig-push", "real",
+                          128, True)  # fmt: skip
+        runs = [ToolRun(n, None, "Bash", "git push", n == 2) for n in (1, 2)]
+        with app.state.transaction() as conn:
+            record_read(conn, facts, runs, [failure])
+        git = {"repository": REPOSITORY, "branch": "main", "commit": None, "how": "recorded"}
+        app.state.add_event(
+            "created", library="default", skill=name, session=session, source="claude-code",
+            detail={"messages": [0, 5], "git": git},
+        )  # fmt: skip
+        if pinned:
+            app.library.set_pinned(name, True, Origin(source="cli"))
+
+
+def places(root: Path, name: str) -> list[str]:
+    """Where `name`'s folder is: live, withheld, archived (each one found)."""
+    found = [p for p in (name, f"{WITHHELD}/{name}") if (root / p / "SKILL.md").is_file()]
+    archive = root / ".archive"
+    if archive.is_dir():
+        found += [f".archive/{p.name}" for p in archive.iterdir() if p.name.startswith(name)]
+    return found
+
+
+def at(day: int) -> datetime:
+    return DAY0 + timedelta(days=day)
+
+
+def tick(workspace: Workspace, day: int, **env: str) -> int:
+    result = workspace.cli("once", SKILLD_NOW=at(day).isoformat(), TZ="UTC", **env)
+    assert result.returncode in (0, -signal.SIGKILL), result.stderr
+    return result.returncode
+
+
+def drawn(day: int, name: str = LEARNED) -> bool:
+    return is_withheld(SECRET, "default", name, block_start(at(day), 24), 0.5)
+
+
+@pytest.fixture
+def held(workspace: Workspace) -> Workspace:
+    workspace.settings["effect"] = {"holdout": 0.5}
+    workspace.write_config()
+    workspace.state.mkdir(parents=True, exist_ok=True)
+    (workspace.state / store.SECRET_FILE).write_bytes(SECRET)
+    learn(workspace, LEARNED)
+    return workspace
+
+
+def test_a_learned_skill_is_absent_exactly_on_its_withheld_blocks(held: Workspace) -> None:
+    learn(held, "pinned-push", pinned=True)
+    learn(held, "edited-push")
+    edited = held.skills / "edited-push" / "SKILL.md"
+    edited.write_text(edited.read_text() + "\nA person's line.\n")  # now a person's
+    days = range(8)
+    assert {drawn(d) for d in days} == {True, False}  # both arms in the span tested
+    for day in days:
+        tick(held, day)
+        expected = [f"{WITHHELD}/{LEARNED}"] if drawn(day) else [LEARNED]
+        assert places(held.skills, LEARNED) == expected, day
+        # Never moved: a person's skill, a pinned one.
+        assert places(held.skills, "edited-push") == ["edited-push"]
+        assert places(held.skills, "pinned-push") == ["pinned-push"]
+        listed = json.loads(held.cli("holdout", "--json").stdout)
+        assert [row["name"] for row in listed] == ([LEARNED] if drawn(day) else [])
+        if drawn(day):
+            assert listed[0]["until"] == store.iso(block_end(block_start(at(day), 24), 24))
+    withheld = held.events("withheld")
+    restored = held.events("restored_from_holdout")
+    flips = sum(drawn(d) and not drawn(d - 1) for d in days)
+    assert len(withheld) == flips and {e["skill"] for e in withheld} == {LEARNED}
+    assert len(restored) == sum(drawn(d - 1) and not drawn(d) for d in days if d > 0)
+    # The usage record is untouched by the moves: no use, no view, still active.
+    usage = json.loads((held.skills / ".usage.json").read_text())
+    record = usage.get("skills", usage).get(LEARNED)
+    assert record is not None and record.get("state", "active") == "active"
+    assert not record.get("use_count") and not record.get("last_used_at")
+
+
+def first(wanted: bool, start: int = 0) -> int:
+    return next(d for d in range(start, 400) if drawn(d) == wanted)
+
+
+def test_holdout_zero_puts_it_back_and_moves_nothing(held: Workspace) -> None:
+    day = first(True)
+    tick(held, day)
+    assert places(held.skills, LEARNED) == [f"{WITHHELD}/{LEARNED}"]
+    held.settings["effect"] = {"holdout": 0.0}
+    held.write_config()
+    tick(held, day)  # the same block, the share changed: back at once
+    assert places(held.skills, LEARNED) == [LEARNED]
+    for later in range(day + 1, day + 6):
+        tick(held, later)
+        assert places(held.skills, LEARNED) == [LEARNED]
+    assert len(held.events("withheld")) == 1
+    assert held.cli("holdout").stdout.strip() == "no skill is withheld now (holdout is off)"
+
+
+@pytest.mark.parametrize("point", ["before-move", "after-move"])
+def test_a_kill_during_a_move_leaves_the_skill_in_one_place(held: Workspace, point: str) -> None:
+    withheld_day = first(True)
+    fault = {"SKILLD_HOLDOUT_FAULT": point}
+    assert tick(held, withheld_day, **fault) == -signal.SIGKILL
+    after_kill = places(held.skills, LEARNED)
+    assert len(after_kill) == 1
+    tick(held, withheld_day)  # the next tick repairs, then carries on
+    assert places(held.skills, LEARNED) == [f"{WITHHELD}/{LEARNED}"]
+    assert len(held.events("withheld")) == 1
+    present_day = first(False, withheld_day + 1)
+    assert tick(held, present_day, **fault) == -signal.SIGKILL  # killed putting it back
+    assert len(places(held.skills, LEARNED)) == 1
+    tick(held, present_day)
+    assert places(held.skills, LEARNED) == [LEARNED]
+    assert len(held.events("restored_from_holdout")) == 1
+    assert json.loads(held.cli("holdout", "--json").stdout) == []
+
+
+def test_the_secret_is_private_and_made_once(tmp_path: Path) -> None:
+    made = store.load_secret(tmp_path)
+    assert len(made) == 64 and store.load_secret(tmp_path) == made
+    assert os.stat(tmp_path / store.SECRET_FILE).st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == [store.SECRET_FILE]
+
+
+def test_blocks_start_at_four_in_the_morning_local_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    import time
+
+    time.tzset()
+    try:
+        night = datetime(2026, 7, 1, 1, 30, tzinfo=UTC)  # 03:30 in Paris: yesterday's block
+        assert block_start(night, 24) == datetime(2026, 6, 30, 2, tzinfo=UTC)
+        morning = datetime(2026, 7, 1, 2, 30, tzinfo=UTC)  # 04:30 in Paris
+        assert block_start(morning, 24) == datetime(2026, 7, 1, 2, tzinfo=UTC)
+        assert block_start(morning, 6) == datetime(2026, 7, 1, 2, tzinfo=UTC)
+        assert block_start(datetime(2026, 7, 1, 21, tzinfo=UTC), 10) == datetime(
+            2026, 7, 1, 12, tzinfo=UTC
+        )
+        # 10-hour blocks: 04:00, 14:00, and a short one from 00:00 to the next 04:00.
+        late = block_start(datetime(2026, 7, 1, 23, tzinfo=UTC), 10)
+        assert late == datetime(2026, 7, 1, 22, tzinfo=UTC)
+        assert block_end(late, 10) == datetime(2026, 7, 2, 2, tzinfo=UTC)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_who_is_never_held_out() -> None:
+    ok = {"owner": "managed", "pinned": False, "source_failures": 1, "team": False}
+    assert ineligible_reason(**ok) is None  # type: ignore[arg-type]
+    for change, reason in [
+        ({"owner": "human"}, "owned by human"),
+        ({"owner": "hub"}, "owned by hub"),
+        ({"owner": "bundled"}, "owned by bundled"),
+        ({"pinned": True}, "pinned"),
+        ({"source_failures": 0}, "no source failures"),
+        ({"team": True}, "team library"),
+    ]:
+        assert ineligible_reason(**{**ok, **change}) == reason  # type: ignore[arg-type]
+
+
+def test_a_session_arm_is_the_state_at_its_first_message() -> None:
+    t = DAY0
+    spans = [Span(t, t + timedelta(days=1))]
+    now = t + timedelta(days=3)
+    hour = timedelta(hours=1)
+    assert arm_of(t + hour, t + 2 * hour, spans, now=now) == "withheld"
+    assert arm_of(t - 2 * hour, t - hour, spans, now=now) == "present"
+    assert arm_of(t - hour, t + hour, spans, now=now) is None  # withheld during it
+    day = timedelta(days=1)
+    assert arm_of(t + day - hour, t + day + hour, spans, now=now) is None  # put back during it
+    assert arm_of(t + day, t + day + hour, spans, now=now) == "present"
+    assert arm_of(t + 5 * hour, t + 6 * hour, [Span(t, None)], now=now) == "withheld"
+
+
+def test_newcombe_matches_the_published_examples() -> None:
+    # Newcombe (1998), Table II, method 10: 56/70 - 48/80 = 0.2, 95% CI 0.0524 to 0.3339;
+    # 9/10 - 3/10 = 0.6, CI 0.1705 to 0.8090.
+    difference, low, high = newcombe(ArmCounts(70, 56), ArmCounts(80, 48)) or (0, 0, 0)
+    assert round(difference, 4) == 0.2 and (round(low, 4), round(high, 4)) == (0.0524, 0.3339)
+    _, low, high = newcombe(ArmCounts(10, 9), ArmCounts(10, 3)) or (0, 0, 0)
+    assert (round(low, 4), round(high, 4)) == (0.1705, 0.8090)
+    assert wilson(0, 10)[0] == 0 and newcombe(ArmCounts(), ArmCounts(3, 1)) is None
+
+
+def test_decided_when_the_interval_excludes_zero_ended_after_max_days() -> None:
+    started = DAY0
+    helps = (ArmCounts(40, 1), ArmCounts(10, 7))
+    assert decided(*helps)
+    state = next_state("running", *helps, started=started, now=started, max_days=60)
+    assert state == "decided"
+    alike = (ArmCounts(40, 10), ArmCounts(10, 3))
+    assert not decided(*alike)
+    late = started + timedelta(days=60)
+    assert next_state("running", *alike, started=started, now=late, max_days=60) == "ended"
+    assert next_state("decided", *alike, started=started, now=late, max_days=60) == "decided"
+    assert not decided(ArmCounts(40, 0), ArmCounts(4, 4))  # too few withheld sessions
+
+
+def test_a_withheld_day_is_no_unused_day() -> None:
+    quiet = LiveSkill("push-upstream", "managed", record())
+
+    assert decide(quiet, T0 + timedelta(days=31), THRESHOLDS) is not None  # stale
+    away = tuple(Span(T0 + timedelta(days=d), T0 + timedelta(days=d + 1)) for d in range(1, 8, 2))
+    assert decide(replace(quiet, withheld=away), T0 + timedelta(days=31), THRESHOLDS) is None
+    assert decide(replace(quiet, withheld=away), T0 + timedelta(days=35), THRESHOLDS) is not None
