@@ -259,7 +259,7 @@ class Daemon:
     def _holdout_step(self, app: App) -> None:
         """The switchback holdout (DESIGN.md §14): withhold or put back the learned skills
         whose block began, after settling a move a killed daemon left in flight."""
-        from skilld.curator import run_holdout
+        from skilld.curator.holdout import run_holdout
         from skilld.curator.schedule import utc_now
 
         report = run_holdout(app, utc_now())

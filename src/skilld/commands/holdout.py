@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def cmd_holdout(app: App, args: argparse.Namespace) -> int:
-    from skilld.curator import withheld_now
+    from skilld.curator.holdout import withheld_now
 
     rows = withheld_now(app)
     if args.json:

@@ -694,7 +694,7 @@ class Panel:
 
     async def api_holdout(self, request: Request) -> Response:
         """`skilld holdout --json`: the skills withheld now, and until when."""
-        from skilld.curator import withheld_now
+        from skilld.curator.holdout import withheld_now
 
         return JSON(await self.with_app(withheld_now))
 
