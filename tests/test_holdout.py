@@ -261,3 +261,47 @@ def test_a_withheld_day_is_no_unused_day() -> None:
     away = tuple(Span(T0 + timedelta(days=d), T0 + timedelta(days=d + 1)) for d in range(1, 8, 2))
     assert decide(replace(quiet, withheld=away), T0 + timedelta(days=31), THRESHOLDS) is None
     assert decide(replace(quiet, withheld=away), T0 + timedelta(days=35), THRESHOLDS) is not None
+
+
+def test_the_arms_are_counted_from_the_sessions_state_db_holds(tmp_path: Path) -> None:
+    from skilld.effect.report import skill_anchors
+    from skilld.state import StateDB
+    from tests.effect_history import Clock, learn_skill, record_session
+
+    state = StateDB(tmp_path / "state.db")
+    clock = Clock()
+    record_session(state, "claude-code:src", DAY0 - timedelta(days=1), failed=True)
+    learn_skill(state, clock, LEARNED, "claude-code:src", DAY0 - timedelta(hours=12))
+    conn = state.conn
+    with state.transaction():
+        store.ensure(conn)
+        store.start(conn, "default", LEARNED, DAY0)
+        # Withheld on days 2 and 5.
+        for day in (2, 5):
+            store.intend(conn, "default", LEARNED, "withhold", LEARNED)
+            until = at(day) + timedelta(days=1)
+            store.mark_withheld(
+                conn, "default", LEARNED, withheld=f"{WITHHELD}/{LEARNED}", home=LEARNED,
+                until=until, at=at(day),
+            )  # fmt: skip
+            store.mark_present(conn, "default", LEARNED, until)
+    hour = timedelta(hours=1)
+    for day in range(7):  # one session a day at noon + 1h; failing on withheld days
+        record_session(state, f"claude-code:s{day}", at(day) + hour, failed=day in (2, 5))
+    record_session(state, "claude-code:other", at(3) + hour, failed=True, command="make test",
+                   signature="sig-make")  # fmt: skip
+    record_session(state, "claude-code:old", DAY0 - timedelta(days=3), failed=True)
+    anchors = skill_anchors(conn, ["default"])[("default", LEARNED)]
+    assert [(a.signature, a.command) for a in anchors] == [("sig-push", "git push")]
+    held = store.holdout_for(conn, "default", LEARNED, anchors, now=at(7))
+    assert held["state"] == "running"
+    assert held["present"] == {"sessions": 5, "failures": 0}
+    assert held["withheld"] == {"sessions": 2, "failures": 2}
+    assert held["difference"] == -1.0
+    ci = held["ci95"]
+    assert isinstance(ci, list) and ci[1] < 0
+    assert store.holdout_for(conn, "default", "never-held", anchors, now=at(7)) == {
+        "state": "off", "present": {"sessions": 0, "failures": 0},
+        "withheld": {"sessions": 0, "failures": 0}, "difference": None, "ci95": None,
+    }  # fmt: skip
+    state.close()
