@@ -47,10 +47,12 @@ DAY0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 LEARNED = "push-upstream"
 
 
-def learn(workspace: Workspace, name: str, *, pinned: bool = False) -> None:
+def learn(
+    workspace: Workspace, name: str, *, pinned: bool = False, library: str = "default"
+) -> None:
     """skilld writes `name`, learned from a session whose `git push` failed and was fixed."""
     with open_app(load_config(workspace.config_path)) as app:
-        app.library.apply(
+        app.libraries[library].apply(
             SkillDoc(name=name, description=f"How to {name}.", body="Run `git push -u`.\n"),
             Origin(source="evolve", session=f"claude-code:src-{name}"),
         )
@@ -64,11 +66,11 @@ def learn(workspace: Workspace, name: str, *, pinned: bool = False) -> None:
             record_read(conn, facts, runs, [failure])
         git = {"repository": REPOSITORY, "branch": "main", "commit": None, "how": "recorded"}
         app.state.add_event(
-            "created", library="default", skill=name, session=session, source="claude-code",
+            "created", library=library, skill=name, session=session, source="claude-code",
             detail={"messages": [0, 5], "git": git},
         )  # fmt: skip
         if pinned:
-            app.library.set_pinned(name, True, Origin(source="cli"))
+            app.libraries[library].set_pinned(name, True, Origin(source="cli"))
 
 
 def places(root: Path, name: str) -> list[str]:
@@ -132,6 +134,35 @@ def test_a_learned_skill_is_absent_exactly_on_its_withheld_blocks(held: Workspac
     record = usage.get("skills", usage).get(LEARNED)
     assert record is not None and record.get("state", "active") == "active"
     assert not record.get("use_count") and not record.get("last_used_at")
+
+
+def test_a_team_library_skill_is_never_moved(workspace: Workspace, tmp_path: Path) -> None:
+    import subprocess
+
+    remote = tmp_path / "team.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
+    team = workspace.root / "team"
+    workspace.libraries = [
+        {"name": "default", "dir": str(workspace.skills)},
+        {"name": "team", "dir": str(team), "remote": str(remote)},
+    ]
+    workspace.sources = [{"kind": "jsonl", "path": str(workspace.sessions), "library": "default"}]
+    workspace.settings["effect"] = {"holdout": 0.5}
+    workspace.write_config()
+    workspace.state.mkdir(parents=True, exist_ok=True)
+    (workspace.state / store.SECRET_FILE).write_bytes(SECRET)
+    tick(workspace, 0)  # the team library becomes its remote's work tree
+    learn(workspace, LEARNED, library="team")
+    learn(workspace, "local-push")
+    days = range(1, 7)  # learned during day 0's block, whose pass ran: held out from day 1
+    assert {drawn(d, "local-push") for d in days} == {True, False}
+    assert True in {is_withheld(SECRET, "team", LEARNED, block_start(at(d), 24), 0.5) for d in days}
+    for day in days:
+        tick(workspace, day)
+        assert places(team, LEARNED) == [LEARNED], day
+        local = [f"{WITHHELD}/local-push"] if drawn(day, "local-push") else ["local-push"]
+        assert places(workspace.skills, "local-push") == local, day
+    assert {e["skill"] for e in workspace.events("withheld")} == {"local-push"}
 
 
 def first(wanted: bool, start: int = 0) -> int:
