@@ -74,8 +74,7 @@ def run_holdout(app: App, now: datetime) -> HoldoutReport:
     secret: bytes | None = None
     for library in app.all_libraries():
         key = f"{BLOCK_KEY}:{library.name}"
-        held = store.held_skills(conn, library.name)
-        moving = [h for h in held.values() if h.moving]
+        moving = store.in_flight(conn, library.name)
         if app.state.get_meta(key) == stamp and not moving:
             continue
         with library.locked():

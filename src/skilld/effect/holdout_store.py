@@ -54,6 +54,8 @@ _SCHEMA = """
         moving   TEXT,
         PRIMARY KEY (library, name)
     );
+    CREATE INDEX IF NOT EXISTS holdout_skills_moving ON holdout_skills(library)
+        WHERE moving IS NOT NULL;
     CREATE TABLE IF NOT EXISTS holdout_spans (
         library TEXT NOT NULL,
         name    TEXT NOT NULL,
@@ -145,6 +147,25 @@ def held_skills(conn: sqlite3.Connection, library: str | None = None) -> dict[st
             withheld, home, parse(until) if until else None, moving,
         )  # fmt: skip
     return found
+
+
+def in_flight(conn: sqlite3.Connection, library: str) -> list[HeldSkill]:
+    """The skills of `library` with a move in flight (what a killed process left): the one
+    read of a tick inside a block whose pass has run."""
+    if not has_tables(conn):
+        return []
+    names = [
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM holdout_skills INDEXED BY holdout_skills_moving"
+            " WHERE library = ? AND moving IS NOT NULL",
+            (library,),
+        ).fetchall()
+    ]
+    if not names:
+        return []
+    held = held_skills(conn, library)
+    return [held[name] for name in names if name in held]
 
 
 def start(conn: sqlite3.Connection, library: str, name: str, at: datetime) -> HeldSkill:
