@@ -37,6 +37,7 @@ ROW_KEYS = {
     "after",
     "verdict",
     "evidence",
+    "holdout",
 }
 
 

@@ -134,6 +134,12 @@ def test_a_learned_skill_is_absent_exactly_on_its_withheld_blocks(held: Workspac
     record = usage.get("skills", usage).get(LEARNED)
     assert record is not None and record.get("state", "active") == "active"
     assert not record.get("use_count") and not record.get("last_used_at")
+    # The effect rows carry each holdout (the SKILLD_NOW the last tick ran at).
+    effect = held.cli("effect", "--json", SKILLD_NOW=at(7).isoformat(), TZ="UTC")
+    rows = {row["name"]: row["holdout"] for row in json.loads(effect.stdout)}
+    assert rows[LEARNED]["state"] == "running"
+    assert rows[LEARNED]["present"] == {"sessions": 0, "failures": 0}
+    assert rows["pinned-push"]["state"] == rows["edited-push"]["state"] == "off"
 
 
 def test_a_team_library_skill_is_never_moved(workspace: Workspace, tmp_path: Path) -> None:

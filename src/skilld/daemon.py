@@ -259,8 +259,8 @@ class Daemon:
     def _holdout_step(self, app: App) -> None:
         """The switchback holdout (DESIGN.md §14): withhold or put back the learned skills
         whose block began, after settling a move a killed daemon left in flight."""
+        from skilld.clock import utc_now
         from skilld.curator.holdout import run_holdout
-        from skilld.curator.schedule import utc_now
 
         report = run_holdout(app, utc_now())
         if report.withheld or report.restored or report.repaired:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.app import App
+from skilld.clock import utc_now
 from skilld.curator.passes import LifecycleReport, read_last_run, run_lifecycle, write_last_run
 from skilld.fsutil import PRIVATE_FILE_MODE, atomic_write, private_dir
 from skilld.log import get_logger
@@ -27,20 +28,6 @@ if TYPE_CHECKING:
 
 Clock = Callable[[], datetime]
 Decision = Literal["defer", "due", "wait"]
-
-
-#: A fixed time every command and the daemon take for now (ISO-8601, e.g.
-#: `2026-12-03T05:00:00+00:00`): how tests run the curator and the holdout through days.
-NOW_ENV = "SKILLD_NOW"
-
-
-def utc_now() -> datetime:
-    """Now, or the time `$SKILLD_NOW` names."""
-    fixed = os.environ.get(NOW_ENV)
-    if fixed:
-        moment = datetime.fromisoformat(fixed)
-        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    return datetime.now(UTC)
 
 
 def schedule_decision(last_run: datetime | None, now: datetime, interval: timedelta) -> Decision:

@@ -22,7 +22,7 @@ import json
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -37,6 +37,7 @@ from skilld.effect.holdout import (
     holdout_object,
     off,
 )
+from skilld.effect.store import GENERATION_KEY
 
 #: The secret the block draws are keyed with, in the state dir (0600).
 SECRET_FILE = "holdout.key"
@@ -174,6 +175,7 @@ def start(conn: sqlite3.Connection, library: str, name: str, at: datetime) -> He
         " VALUES (?, ?, 'running', ?)",
         (library, name, iso(at)),
     )
+    touched(conn)
     return HeldSkill(library, name, "running", at, None, None, None, None, None)
 
 
@@ -184,6 +186,7 @@ def set_state(
         "UPDATE holdout_skills SET state = ?, stopped = ? WHERE library = ? AND name = ?",
         (state, iso(at), library, name),
     )
+    touched(conn)
 
 
 def intend(
@@ -217,6 +220,7 @@ def mark_withheld(
         "INSERT OR IGNORE INTO holdout_spans(library, name, start) VALUES (?, ?, ?)",
         (library, name, iso(at)),
     )
+    touched(conn)
 
 
 def mark_present(conn: sqlite3.Connection, library: str, name: str, at: datetime) -> None:
@@ -229,6 +233,7 @@ def mark_present(conn: sqlite3.Connection, library: str, name: str, at: datetime
         "UPDATE holdout_spans SET end = ? WHERE library = ? AND name = ? AND end IS NULL",
         (iso(at), library, name),
     )
+    touched(conn)
 
 
 def clear_intent(conn: sqlite3.Connection, library: str, name: str) -> None:
@@ -326,6 +331,35 @@ def _last_seen(conn: sqlite3.Connection, sessions: Iterable[str]) -> dict[str, d
     return found
 
 
+def holdout_objects(
+    conn: sqlite3.Connection,
+    anchors: Mapping[tuple[str, str], Sequence[Targeted]],
+    *,
+    now: datetime,
+) -> dict[tuple[str, str], dict[str, object]]:
+    """The `holdout` object (DESIGN.md §14) of each skill of `anchors` ((library, name) -> its
+    source failures, as the effect report's anchors carry them) that entered a holdout; a
+    skill left out never did (`off`). The held skills and spans are read once per library."""
+    if not has_tables(conn):
+        return {}
+    found: dict[tuple[str, str], dict[str, object]] = {}
+    for library in sorted({library for library, _ in anchors}):
+        held = held_skills(conn, library)
+        if not held:
+            continue
+        library_spans = spans(conn, library)
+        for name, skill in held.items():
+            failures = anchors.get((library, name))
+            if failures is None:
+                continue
+            present, withheld = arm_counts(
+                conn, failures, library_spans.get(name, []), started=skill.started,
+                stopped=skill.stopped, now=now,
+            )  # fmt: skip
+            found[(library, name)] = holdout_object(skill.state, present, withheld)
+    return found
+
+
 def holdout_for(
     conn: sqlite3.Connection,
     library: str,
@@ -334,14 +368,18 @@ def holdout_for(
     *,
     now: datetime,
 ) -> dict[str, object]:
-    """The `holdout` object of a skill's effect row (DESIGN.md §14): its state and arms,
-    `off` when it never entered a holdout. `failures`: its source failures (the effect
-    report's anchors)."""
-    held = held_skills(conn, library).get(name)
-    if held is None:
-        return off()
-    skill_spans = spans(conn, library).get(name, [])
-    present, withheld = arm_counts(
-        conn, failures, skill_spans, started=held.started, stopped=held.stopped, now=now
+    """The `holdout` object of one skill (`holdout_objects`): `off` when it never entered a
+    holdout. `failures`: its source failures."""
+    found = holdout_objects(conn, {(library, name): failures}, now=now)
+    return found.get((library, name)) or off()
+
+
+def touched(conn: sqlite3.Connection) -> None:
+    """A move or a holdout's new state changes the `holdout` objects of the effect rows: the
+    effect tables' generation is bumped, as their own writes bump it, so that rows kept from
+    an earlier measurement are measured again."""
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES (?, '1')"
+        " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        (GENERATION_KEY,),
     )
-    return holdout_object(held.state, present, withheld)

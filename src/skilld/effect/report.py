@@ -19,8 +19,11 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from skilld.clock import utc_now
 from skilld.digest import sha256_hex
 from skilld.effect.extract import COUNTED_SQL, utc_iso
+from skilld.effect.holdout import off as holdout_off
+from skilld.effect.holdout_store import holdout_objects
 from skilld.effect.measure import (
     Anchor,
     AnchorCounts,
@@ -58,6 +61,8 @@ class SkillEffect(NamedTuple):
     outcome: Outcome
     #: Where its failures came back (read only when asked for: `with_recurrences`).
     recurrences: list[Recurrence]
+    #: Its holdout (DESIGN.md §14, `holdout_store.holdout_objects`); None: never held out.
+    holdout: Mapping[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
         """The row `skilld effect --json` prints (DESIGN.md §13)."""
@@ -84,6 +89,7 @@ class SkillEffect(NamedTuple):
             },
             "verdict": self.outcome.verdict,
             "evidence": self.outcome.evidence,
+            "holdout": dict(self.holdout) if self.holdout else holdout_off(),
         }
 
 
@@ -128,6 +134,7 @@ def effect_records(
         for key in keys
     }
     reads = _Reads(conn, anchors, versions, facts, with_recurrences=with_recurrences)
+    holdouts = holdout_objects(conn, anchors, now=utc_now())
     records = []
     for key in keys:
         own = anchors[key]
@@ -157,7 +164,8 @@ def effect_records(
             if key in reads.failed_runs
             else []
         )
-        records.append(SkillEffect(key[0], key[1], measured, outcome, came_back))
+        held = holdouts.get(key)
+        records.append(SkillEffect(key[0], key[1], measured, outcome, came_back, held))
     return records
 
 
