@@ -26,9 +26,10 @@ Target: effect as the daemon leaves it within 2x of skills list (exits 1 when it
 
 The holdout (DESIGN.md §14) runs at every tick: its block's pass (a fifth of the skills moved
 out of sight, each holdout judged) once per block and library, then a check of one meta value
-per library at each later tick of the block. Both are timed, the later tick's against the later
-tick's measurement above. Target: the holdout adds at most 10% to a later tick (exits 1 when
-it adds more).
+per library at each later tick of the block. Both are timed, and the later tick's measurement
+again once a fifth of the skills are in holdout (their rows carry arm counts): the step and
+the measurement's growth, against the later tick's measurement before. Target: the holdout
+adds at most 10% to a later tick (exits 1 when it adds more).
 
 One more signature failed `--hot` times, spread over the sessions (one in five resolved: the
 skills learned in those sessions are read for the ones learned from it): `failures show ID
@@ -349,7 +350,12 @@ def main() -> int:
             )
         tick = measure_as_a_tick(base / "state")
         later, reached = measure_a_later_tick(base / "state")
-        block, withheld, held_later = measure_the_holdout(config, max(runs, 5))
+        # The holdout's block pass, then the same measurements with a fifth of the skills in
+        # holdout: what its rows' holdout objects add to a tick, beside its own step.
+        block, withheld, held_step = measure_the_holdout(config, max(runs, 5))
+        measure_as_a_tick(base / "state")
+        held_later, _ = measure_a_later_tick(base / "state")  # the same session, read again
+        added = max(0.0, held_later - later) + held_step
         listing, effect, afresh = best_ms(
             [
                 command(config, "skills", "list", "--json"),
@@ -377,8 +383,9 @@ def main() -> int:
             f" {later:>8.1f} ({reached:,} skills)"
         )
         print(
-            f"holdout: block pass {block:.1f} ms ({withheld:,} skills withheld); a later tick"
-            f" {held_later:.2f} ms, {held_later / later:.1%} of the later tick's {later:.1f} ms"
+            f"holdout: block pass {block:.1f} ms ({withheld:,} skills withheld); a later tick's"
+            f" step {held_step:.2f} ms; the later tick's measurement {held_later:.1f} ms in"
+            f" holdout against {later:.1f} ms before: {added / later:.1%} added"
             f" (target: at most {HOLDOUT_TARGET:.0%})"
         )
         print(
@@ -393,9 +400,9 @@ def main() -> int:
         missed.append(f"effect --json took {ratio:.2f}x skills list --json (target: under 2x)")
     if shown >= SHOW_TARGET_MS:
         missed.append(f"failures show took {shown:.1f} ms (target: under {SHOW_TARGET_MS} ms)")
-    if held_later > HOLDOUT_TARGET * later:
+    if added > HOLDOUT_TARGET * later:
         missed.append(
-            f"the holdout added {held_later / later:.1%} to a later tick"
+            f"the holdout added {added / later:.1%} to a later tick"
             f" (target: at most {HOLDOUT_TARGET:.0%})"
         )
     for line in missed:
