@@ -342,3 +342,18 @@ def test_the_arms_are_counted_from_the_sessions_state_db_holds(tmp_path: Path) -
         "withheld": {"sessions": 0, "failures": 0}, "difference": None, "ci95": None,
     }  # fmt: skip
     state.close()
+
+
+def test_a_hermes_library_withholds_under_the_archive_hermes_skips() -> None:
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from skilld.curator.holdout import _withheld_place
+
+    def library(agent: str | None) -> Any:
+        return cast(Any, SimpleNamespace(spec=SimpleNamespace(agent=agent)))
+
+    # Hermes skips `.archive` (and a fixed list), not every dot-folder: docs/learning.md#holdout.
+    assert _withheld_place(library("hermes"), "push", False) == ".archive/.skilld/withheld/push"
+    assert _withheld_place(library("claude-code"), "push", False) == ".skilld/withheld/push"
+    assert _withheld_place(library("dsh"), "push", True) == ".skilld/withheld/push.md"

@@ -5,8 +5,10 @@ Withholding moves the skill's folder (or flat file) to `<skills dir>/.skilld/wit
 the library's guarded move (`fsutil.move_in_tree`: no link followed at either end), under the
 library's writer lock; its usage record, history and stale clock are left alone (the curator
 does not count a withheld day toward staleness: `_lifecycle.LiveSkill.withheld`). Every agent
-loads only its skills dir's direct children (or Hermes's category folders) and skips
-dot-folders, so a withheld skill is in no listing (docs/learning.md#holdout).
+loads only its skills dir's direct children and skips dot-folders (Codex walks deeper but
+skips every dot-entry; Hermes walks its category folders and skips a fixed list, `.archive`
+among them: `HERMES_WITHHELD_DIR`), so a withheld skill is in no listing
+(docs/learning.md#holdout).
 
 Each move is an intent committed to state.db, the move, then the move's record (state, span,
 provenance path, event) in one transaction. A process killed between two of them leaves an
@@ -45,6 +47,10 @@ from skilld.skills.outcomes import Origin
 HOLDOUT = Origin(source="holdout")
 #: Where a withheld skill waits, inside its skills dir: a dot-folder no agent loads.
 WITHHELD_DIR = ".skilld/withheld"
+#: Hermes's scanners walk every folder but a fixed list (`.archive`, `.hub`, `.git` ...), so
+#: a `.skilld/` there would be listed; its withheld skills wait under `.archive/`, which it
+#: skips (and skilld's archive listing skips its dot-folders).
+HERMES_WITHHELD_DIR = ".archive/.skilld/withheld"
 #: state.db meta, per library: the block the last full pass ran for, and the config it ran
 #: with (a changed share or block length runs the pass again at once).
 BLOCK_KEY = "holdout_block"
@@ -168,7 +174,8 @@ def _relative(library: Library, path: Path) -> str:
 
 
 def _withheld_place(library: Library, name: str, flat: bool) -> str:
-    return f"{WITHHELD_DIR}/{name}.md" if flat else f"{WITHHELD_DIR}/{name}"
+    folder = HERMES_WITHHELD_DIR if library.spec.agent == "hermes" else WITHHELD_DIR
+    return f"{folder}/{name}.md" if flat else f"{folder}/{name}"
 
 
 def withhold(
