@@ -357,3 +357,13 @@ def test_a_hermes_library_withholds_under_the_archive_hermes_skips() -> None:
     assert _withheld_place(library("hermes"), "push", False) == ".archive/.skilld/withheld/push"
     assert _withheld_place(library("claude-code"), "push", False) == ".skilld/withheld/push"
     assert _withheld_place(library("dsh"), "push", True) == ".skilld/withheld/push.md"
+
+
+def test_the_library_figure_pools_the_arms_of_every_skill_in_holdout() -> None:
+    from skilld.effect.holdout import prevented
+
+    figure = prevented([(ArmCounts(20, 1), ArmCounts(5, 3)), (ArmCounts(11, 0), ArmCounts(4, 3))])
+    assert figure.skills == 2
+    assert figure.present == ArmCounts(31, 1) and figure.withheld == ArmCounts(9, 6)
+    assert figure.per_100 == 63.4 and figure.ci95 == (29.6, 84.9)
+    assert prevented([]).per_100 is None

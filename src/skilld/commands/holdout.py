@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def cmd_holdout(app: App, args: argparse.Namespace) -> int:
-    from skilld.curator.holdout import withheld_now
+    from skilld.curator.holdout import library_figure, withheld_now
 
     rows = withheld_now(app)
     if args.json:
@@ -21,11 +21,19 @@ def cmd_holdout(app: App, args: argparse.Namespace) -> int:
     share = app.config.effect.holdout
     if not rows:
         print("no skill is withheld now" + ("" if share else " (holdout is off)"))
-        return 0
-    width = max(len("LIBRARY"), *(len(row["library"]) for row in rows))
-    print(f"{'NAME':<32} {'LIBRARY':<{width}} UNTIL")
-    for row in rows:
-        print(f"{row['name']:<32} {row['library']:<{width}} {row['until'] or '?'}")
+    else:
+        width = max(len("LIBRARY"), *(len(row["library"]) for row in rows))
+        print(f"{'NAME':<32} {'LIBRARY':<{width}} UNTIL")
+        for row in rows:
+            print(f"{row['name']:<32} {row['library']:<{width}} {row['until'] or '?'}")
+    figure = library_figure(app)
+    if figure.skills and figure.per_100 is not None and figure.ci95 is not None:
+        print(
+            f"{figure.skills} skills in holdout: {figure.per_100:g} failures prevented per 100"
+            f" sessions (95% interval {figure.ci95[0]:g} to {figure.ci95[1]:g}; present"
+            f" {figure.present.failures} of {figure.present.sessions}, withheld"
+            f" {figure.withheld.failures} of {figure.withheld.sessions})"
+        )
     return 0
 
 

@@ -32,11 +32,14 @@ from typing import Any
 from skilld.app import App
 from skilld.effect import holdout_store as store
 from skilld.effect.holdout import (
+    ArmCounts,
+    Prevented,
     block_end,
     block_start,
     ineligible_reason,
     is_withheld,
     next_state,
+    prevented,
 )
 from skilld.errors import LibraryError
 from skilld.fsutil import UnsafePath, move_in_tree
@@ -289,6 +292,27 @@ def repair(
         with app.state.transaction():
             store.clear_intent(conn, library.name, skill.name)
     report.repaired.append(skill.name)
+
+
+def library_figure(app: App) -> Prevented:
+    """Failures prevented per 100 sessions, with its interval, over every skill in holdout
+    (running or decided) of every library."""
+    from skilld.clock import utc_now
+    from skilld.effect.report import skill_anchors
+
+    conn = app.state.conn
+    anchors = skill_anchors(conn, [library.name for library in app.all_libraries()])
+    objects = store.holdout_objects(conn, anchors, now=utc_now())
+    return prevented(
+        (_arm(held["present"]), _arm(held["withheld"]))
+        for held in objects.values()
+        if held["state"] in ("running", "decided")
+    )
+
+
+def _arm(counts: object) -> ArmCounts:
+    assert isinstance(counts, dict)
+    return ArmCounts(int(counts["sessions"]), int(counts["failures"]))
 
 
 def withheld_now(app: App) -> list[dict[str, Any]]:

@@ -223,6 +223,41 @@ def holdout_object(
     }
 
 
+class Prevented(NamedTuple):
+    """The library figure: failures prevented per 100 sessions over the skills in holdout."""
+
+    skills: int
+    present: ArmCounts
+    withheld: ArmCounts
+    per_100: float | None  # the withheld rate minus the present rate, per 100 sessions
+    ci95: tuple[float, float] | None
+
+
+def prevented(arms_of_skills: Iterable[tuple[ArmCounts, ArmCounts]]) -> Prevented:
+    """The arms of every skill in holdout pooled (each session counted in its skill's arm),
+    with Newcombe's 95% interval, turned round: above zero, the skills prevent failures."""
+    skills, totals = 0, [0, 0, 0, 0]
+    for present, withheld in arms_of_skills:
+        skills += 1
+        totals[0] += present.sessions
+        totals[1] += present.failures
+        totals[2] += withheld.sessions
+        totals[3] += withheld.failures
+    pooled_present, pooled_withheld = ArmCounts(*totals[:2]), ArmCounts(*totals[2:])
+    found = newcombe(pooled_present, pooled_withheld)
+    if found is None:
+        return Prevented(skills, pooled_present, pooled_withheld, None, None)
+    difference, low, high = found
+    per_100 = round(-100 * difference, 1)
+    return Prevented(
+        skills,
+        pooled_present,
+        pooled_withheld,
+        per_100,
+        (round(-100 * high, 1), round(-100 * low, 1)),
+    )
+
+
 def off() -> dict[str, object]:
     """The `holdout` object of a skill never held out."""
     return holdout_object("off", ArmCounts(), ArmCounts())
