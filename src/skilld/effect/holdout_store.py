@@ -128,18 +128,24 @@ class HeldSkill(NamedTuple):
     moving: str | None  # "withhold" | "restore": a move in flight
 
 
-def held_skills(conn: sqlite3.Connection, library: str | None = None) -> dict[str, HeldSkill]:
+def held_skills(
+    conn: sqlite3.Connection, library: str | None = None, names: Iterable[str] | None = None
+) -> dict[str, HeldSkill]:
     """The skills of `library` (or of every library, keyed "library/name") that entered a
-    holdout."""
+    holdout; only those of `names`, when given."""
     if not has_tables(conn):
         return {}
     sql = "SELECT library, name, state, started, stopped, withheld, home, until, moving"
     sql += " FROM holdout_skills"
-    rows = (
-        conn.execute(sql + " WHERE library = ?", (library,))
-        if library is not None
-        else conn.execute(sql + " ORDER BY library, name")
-    )
+    if library is None:
+        rows = conn.execute(sql + " ORDER BY library, name")
+    elif names is None:
+        rows = conn.execute(sql + " WHERE library = ?", (library,))
+    else:
+        rows = conn.execute(
+            sql + " WHERE library = ? AND name IN (SELECT value FROM json_each(?))",
+            (library, json.dumps(sorted(names))),
+        )
     found = {}
     for lib, name, state, started, stopped, withheld, home, until, moving in rows.fetchall():
         key = name if library is not None else f"{lib}/{name}"
@@ -242,15 +248,20 @@ def clear_intent(conn: sqlite3.Connection, library: str, name: str) -> None:
     )
 
 
-def spans(conn: sqlite3.Connection, library: str) -> dict[str, list[Span]]:
-    """Each skill's withheld spans in `library`, oldest first."""
+def spans(
+    conn: sqlite3.Connection, library: str, names: Iterable[str] | None = None
+) -> dict[str, list[Span]]:
+    """Each skill's withheld spans in `library` (only those of `names`, when given), oldest
+    first."""
     if not has_tables(conn):
         return {}
     found: dict[str, list[Span]] = {}
-    for name, begin, end in conn.execute(
-        "SELECT name, start, end FROM holdout_spans WHERE library = ? ORDER BY name, start",
-        (library,),
-    ).fetchall():
+    sql = "SELECT name, start, end FROM holdout_spans WHERE library = ?"
+    params: tuple[str, ...] = (library,)
+    if names is not None:
+        sql += " AND name IN (SELECT value FROM json_each(?))"
+        params = (library, json.dumps(sorted(names)))
+    for name, begin, end in conn.execute(sql + " ORDER BY name, start", params).fetchall():
         found.setdefault(name, []).append(Span(parse(begin), parse(end) if end else None))
     return found
 
@@ -344,10 +355,11 @@ def holdout_objects(
         return {}
     found: dict[tuple[str, str], dict[str, object]] = {}
     for library in sorted({library for library, _ in anchors}):
-        held = held_skills(conn, library)
+        names = [name for owner, name in anchors if owner == library]
+        held = held_skills(conn, library, names)
         if not held:
             continue
-        library_spans = spans(conn, library)
+        library_spans = spans(conn, library, list(held))
         for name, skill in held.items():
             failures = anchors.get((library, name))
             if failures is None:
