@@ -42,8 +42,9 @@ from tests.test_curator import T0, THRESHOLDS, record
 
 SECRET = b"f" * 64
 WITHHELD = ".skilld/withheld"
-#: Noon UTC on day 0 (the tests run at TZ=UTC: blocks start at 04:00 UTC).
-DAY0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+#: Noon UTC on day 0 (the tests run at TZ=UTC: blocks start at 04:00 UTC): two days from now,
+#: so that a skill learned now (its event's time is the real one) is held out from day 0.
+DAY0 = (datetime.now(UTC) + timedelta(days=2)).replace(hour=12, minute=0, second=0, microsecond=0)
 LEARNED = "push-upstream"
 
 
@@ -126,7 +127,7 @@ def test_a_learned_skill_is_absent_exactly_on_its_withheld_blocks(held: Workspac
             assert listed[0]["until"] == store.iso(block_end(block_start(at(day), 24), 24))
     withheld = held.events("withheld")
     restored = held.events("restored_from_holdout")
-    flips = sum(drawn(d) and not drawn(d - 1) for d in days)
+    flips = sum(drawn(d) and (d == 0 or not drawn(d - 1)) for d in days)
     assert len(withheld) == flips and {e["skill"] for e in withheld} == {LEARNED}
     assert len(restored) == sum(drawn(d - 1) and not drawn(d) for d in days if d > 0)
     # The usage record is untouched by the moves: no use, no view, still active.
@@ -160,7 +161,7 @@ def test_a_team_library_skill_is_never_moved(workspace: Workspace, tmp_path: Pat
     tick(workspace, 0)  # the team library becomes its remote's work tree
     learn(workspace, LEARNED, library="team")
     learn(workspace, "local-push")
-    days = range(1, 7)  # learned during day 0's block, whose pass ran: held out from day 1
+    days = range(1, 7)
     assert {drawn(d, "local-push") for d in days} == {True, False}
     assert True in {is_withheld(SECRET, "team", LEARNED, block_start(at(d), 24), 0.5) for d in days}
     for day in days:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,23 +112,30 @@ def _pass(
     entries = {e.name: e for e in library.entries(parse=False) if not e.broken}
     names = set(held) | {name for name, e in entries.items() if e.owner == "managed"}
     anchors = skill_anchors(conn, [library.name]) if names else {}
-    records = library.usage_records()
     all_spans = store.spans(conn, library.name)
     team = library.team is not None or library.spec.remote is not None
+    pins = _Pins(library)
     for name in sorted(names):
         skill = held.get(name)
         entry = entries.get(name)
         failures = anchors.get((library.name, name), [])
         owner = entry.owner if entry is not None else "managed"
-        pinned = bool((records.get(name) or {}).get("pinned"))
         why_not = ineligible_reason(
-            owner=owner, pinned=pinned, source_failures=len(failures), team=team
+            owner=owner, pinned=False, source_failures=len(failures), team=team
         )
+        if why_not is None and (skill is not None or effect.holdout > 0):
+            # The sidecar is read only for a skill that could be held out: a library with
+            # nothing to hold out is never touched (no lock file made in it).
+            why_not = pins.why_not(name)
         if skill is None:
-            if why_not is not None or effect.holdout <= 0 or entry is None:
+            learned = min((failure.at for failure in failures), default=None)
+            # A skill enters at the first block that starts after it was learned: the block
+            # it was learned in is neither arm.
+            fresh = learned is None or learned >= store.iso(start)
+            if why_not is not None or effect.holdout <= 0 or entry is None or fresh:
                 continue
             with app.state.transaction():
-                skill = store.start(conn, library.name, name, now)
+                skill = store.start(conn, library.name, name, start)
         if skill.state == "running" and why_not is None:
             present, withheld = store.arm_counts(
                 conn, failures, all_spans.get(name, []), started=skill.started,
@@ -165,6 +173,28 @@ def _pass(
                 "error", library=library.name, skill=name, source=HOLDOUT.source,
                 reason=f"holdout could not move {name}: {exc}",
             )  # fmt: skip
+
+
+class _Pins:
+    """The library's pins, read from its usage sidecar once, when first asked. A sidecar that
+    cannot be read (a link, a read-only folder) pins every skill: nothing is held out on a
+    guess, and a withheld skill goes back."""
+
+    def __init__(self, library: Library) -> None:
+        self.library = library
+        self._records: Mapping[str, Mapping[str, Any]] | None = None
+        self._refused: str | None = None
+
+    def why_not(self, name: str) -> str | None:
+        if self._records is None and self._refused is None:
+            try:
+                self._records = self.library.usage_records()
+            except (UnsafePath, OSError) as exc:
+                self._refused = f"usage not read: {exc}"
+        if self._refused is not None:
+            return self._refused
+        assert self._records is not None
+        return "pinned" if (self._records.get(name) or {}).get("pinned") else None
 
 
 def _fault(point: str) -> None:
