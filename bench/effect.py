@@ -24,6 +24,13 @@ every side: `skills list --json`, `effect --json` as the daemon leaves it, and `
 measuring afresh (the kept rows dropped first: a skill written since the last tick).
 Target: effect as the daemon leaves it within 2x of skills list (exits 1 when it is not).
 
+The holdout (DESIGN.md §14) runs at every tick: its block's pass (a fifth of the skills moved
+out of sight, each holdout judged) once per block and library, then a check of one meta value
+per library at each later tick of the block. Both are timed, and the later tick's measurement
+again once a fifth of the skills are in holdout (their rows carry arm counts): the step and
+the measurement's growth, against the later tick's measurement before. Target: the holdout
+adds at most 10% to a later tick (exits 1 when it adds more).
+
 One more signature failed `--hot` times, spread over the sessions (one in five resolved: the
 skills learned in those sessions are read for the ones learned from it): `failures show ID
 --json` of it lists every occurrence (target: under 200 ms; exits 1 when it is not), timed beside
@@ -71,6 +78,8 @@ BODY = "1. Run `git push -u origin HEAD` on a new branch.\n2. Then push as usual
 HOT_SIGNATURE = "Bash | git push | fatal: The current branch <branch> has no upstream branch."
 #: `failures show` of the hot signature answers within this.
 SHOW_TARGET_MS = 200
+#: The holdout's share of a later tick, at most.
+HOLDOUT_TARGET = 0.10
 
 
 def build(root: Path, skills: int, failures: int, hot: int, seed: int = 7) -> Path:
@@ -263,6 +272,28 @@ def measure_a_later_tick(state_dir: Path, seed: int = 11) -> tuple[float, int]:
         state.close()
 
 
+def measure_the_holdout(config: Path, runs: int) -> tuple[float, int, float]:
+    """The holdout step as a tick runs it: its block's pass (ms, skills withheld), then the
+    best of `runs` later ticks of the same block (ms)."""
+    from skilld.app import open_app
+    from skilld.config import load_config
+    from skilld.curator.holdout import BLOCK_KEY, run_holdout
+
+    now = START + timedelta(days=400)
+    with open_app(load_config(config)) as app:
+        with app.state.transaction() as conn:  # a kept library: its block's pass runs again
+            conn.execute("DELETE FROM meta WHERE key LIKE ?", (f"{BLOCK_KEY}:%",))
+        start = time.perf_counter()
+        report = run_holdout(app, now)
+        block = 1000 * (time.perf_counter() - start)
+        later = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            run_holdout(app, now + timedelta(minutes=5))
+            later.append(1000 * (time.perf_counter() - start))
+    return block, len(report.withheld), min(later)
+
+
 def unkept(state_dir: Path, run: Callable[[], None]) -> Callable[[], None]:
     """`run` with the daemon's kept measurement dropped first, so it measures afresh."""
 
@@ -321,6 +352,12 @@ def main() -> int:
             )
         tick = measure_as_a_tick(base / "state")
         later, reached = measure_a_later_tick(base / "state")
+        # The holdout's block pass, then the same measurements with a fifth of the skills in
+        # holdout: what its rows' holdout objects add to a tick, beside its own step.
+        block, withheld, held_step = measure_the_holdout(config, max(runs, 5))
+        measure_as_a_tick(base / "state")
+        held_later, _ = measure_a_later_tick(base / "state")  # the same session, read again
+        added = max(0.0, held_later - later) + held_step
         listing, effect, afresh = best_ms(
             [
                 command(config, "skills", "list", "--json"),
@@ -348,6 +385,12 @@ def main() -> int:
             f" {later:>8.1f} ({reached:,} skills)"
         )
         print(
+            f"holdout: block pass {block:.1f} ms ({withheld:,} skills withheld); a later tick's"
+            f" step {held_step:.2f} ms; the later tick's measurement {held_later:.1f} ms in"
+            f" holdout against {later:.1f} ms before: {added / later:.1%} added"
+            f" (target: at most {HOLDOUT_TARGET:.0%})"
+        )
+        print(
             f"failures --json {listed:.1f} ms; failures show {hot} --json"
             f" ({args.hot:,} occurrences) {shown:.1f} ms (target: under {SHOW_TARGET_MS} ms)"
         )
@@ -359,6 +402,11 @@ def main() -> int:
         missed.append(f"effect --json took {ratio:.2f}x skills list --json (target: under 2x)")
     if shown >= SHOW_TARGET_MS:
         missed.append(f"failures show took {shown:.1f} ms (target: under {SHOW_TARGET_MS} ms)")
+    if added > HOLDOUT_TARGET * later:
+        missed.append(
+            f"the holdout added {added / later:.1%} to a later tick"
+            f" (target: at most {HOLDOUT_TARGET:.0%})"
+        )
     for line in missed:
         print(line)
     return 1 if missed and not args.smoke else 0

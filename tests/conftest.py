@@ -106,6 +106,9 @@ class Workspace:
                 "max_retries": 2,
             },
             "log": {"format": "json", "level": "info"},
+            # No holdout unless a test asks for one: a learned skill withheld on a fifth of
+            # the (random) days would make every test that reads its effect flaky.
+            "effect": {"holdout": 0.0},
         }
         if self.libraries:
             del sections["skills"]

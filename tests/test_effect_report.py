@@ -39,6 +39,7 @@ ROW_KEYS = {
     "after",
     "verdict",
     "evidence",
+    "holdout",
 }
 
 

@@ -20,7 +20,7 @@ from skilld.effect.measure import (
     learned_failures,
     recurrences,
 )
-from skilld.effect.verdict import Counts, fisher_one_sided, judge, pool, revision
+from skilld.effect.verdict import Counts, fisher_one_sided, judge, pool, revision, with_holdout
 
 DAY0 = datetime(2026, 1, 1, 9, tzinfo=UTC)
 
@@ -240,3 +240,27 @@ def test_recurrences_are_after_sessions_with_the_loaded_flag() -> None:
         loaded={"a2"},
     )
     assert [(r.session, r.loaded) for r in found] == [("a2", True), ("a4", False)]
+
+
+def test_a_decided_holdout_is_the_verdict_and_says_so_first() -> None:
+    before_after = judge(counts((20, 5), (20, 4), (20, 4)), 10)
+    assert before_after.verdict == "no-change"
+    decided = {
+        "state": "decided",
+        "present": {"sessions": 31, "failures": 1},
+        "withheld": {"sessions": 9, "failures": 6},
+        "difference": -0.6344,
+        "ci95": [-0.87, -0.29],
+    }
+    outcome = with_holdout(before_after, decided)
+    assert outcome.verdict == "helps"
+    assert outcome.evidence == (
+        "held out on random days: failed in 6 of 9 sessions while withheld, in 1 of 31 when"
+        f" present; {before_after.evidence}"
+    )
+    worse = with_holdout(before_after, {**decided, "ci95": [0.1, 0.4]})
+    assert worse.verdict == "worse"
+    # Running, ended or off: before/after stands; a skill that targets nothing stays so.
+    assert with_holdout(before_after, {**decided, "state": "running"}) == before_after
+    nothing = judge(counts((0, 0), (0, 0), sources=0), 10)
+    assert with_holdout(nothing, decided) == nothing

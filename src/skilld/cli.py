@@ -45,6 +45,7 @@ GROUPS: dict[str, str] = {
     "web": "web",
     "failures": "failures",
     "effect": "effect",
+    "holdout": "holdout",
 }
 
 Handler = Callable[["App", argparse.Namespace], int]

@@ -263,9 +263,23 @@ def _check_curator(curator: CuratorConfig) -> None:
         )
 
 
+def _share(value: float) -> str | None:
+    return None if 0 <= value < 1 else "must be 0 or more and less than 1"
+
+
+def _block_hours(value: float) -> str | None:
+    return None if 1 <= value <= 24 else "must be from 1 to 24 (blocks cut each day from 04:00)"
+
+
 class EffectConfig(NamedTuple):
     #: After-exposures a skill needs before its verdict is more than `too-early`.
     min_exposures: Positive = 10
+    #: Share of time blocks a learned skill is withheld (DESIGN.md §14); 0: no holdout.
+    holdout: Annotated[float, _share] = 0.2
+    #: Length of a holdout block, in hours, blocks starting at 04:00 local time.
+    holdout_block_hours: Annotated[int, _block_hours] = 24
+    #: A holdout not decided after this many days ends; the skill stays present.
+    holdout_max_days: Positive = 60
 
 
 class LogConfig(NamedTuple):

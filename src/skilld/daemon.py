@@ -245,6 +245,7 @@ class Daemon:
                 self.notifier.status(summary_line(report, app))
                 if self.curator_pass is not None:
                     await self.curator_pass(app, llm)
+                self._holdout_step(app)
                 return True
             except Exception as exc:  # a bug or an environment failure must not kill the loop
                 self.log.error("tick_failed", error=repr(exc), traceback=traceback.format_exc())
@@ -254,6 +255,26 @@ class Daemon:
             finally:
                 self._tick_scope = None
         return True  # cancelled by a stop request: not a failure
+
+    def _holdout_step(self, app: App) -> None:
+        """The switchback holdout (DESIGN.md §14): withhold or put back the learned skills
+        whose block began, after settling a move a killed daemon left in flight."""
+        from skilld.clock import utc_now
+        from skilld.curator.holdout import run_holdout
+
+        # What each skill targets decides whether it can be held out: the versions written
+        # before targets were recorded are worked out first (once; a no-op after).
+        app.backfill_targets()
+        report = run_holdout(app, utc_now())
+        if report.withheld or report.restored or report.repaired:
+            self.log.info(
+                "holdout_step",
+                withheld=report.withheld,
+                restored=report.restored,
+                repaired=report.repaired,
+                decided=report.decided,
+                ended=report.ended,
+            )
 
     async def _sleep(self, seconds: float) -> None:
         with anyio.move_on_after(seconds):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from skilld.effect.holdout import Span, withheld_time
 from skilld.skills.usage import latest_activity_at, parse_timestamp
 
 TransitionKind = Literal["stale", "reactivated", "archived"]
@@ -50,6 +51,9 @@ class LiveSkill:
     #: that ran its command since it was learned. Its failure is not coming back: that is
     #: activity, however rarely the skill itself is loaded.
     exposed_at: datetime | None = None
+    #: When the holdout withheld it (skilld.effect.holdout): a withheld day is no unused day,
+    #: so that time after the anchor does not count toward its age.
+    withheld: tuple[Span, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +114,7 @@ def decide(candidate: LiveSkill, now: datetime, thresholds: Thresholds) -> Trans
     if anchor is None:
         return None
     state = state_of(candidate.record)
-    age = now - anchor
+    age = now - anchor - withheld_time(candidate.withheld, anchor, now)
     age_days = round(age / _DAY, 2)
     if state == "archived":
         return Transition(

@@ -19,6 +19,7 @@ from typing import Any
 
 from skilld.app import App
 from skilld.curator._lifecycle import LiveSkill, Thresholds, Transition, plan_pass
+from skilld.effect.holdout_store import spans as holdout_spans
 from skilld.errors import LibraryError, Protected
 from skilld.fsutil import UnsafePath
 from skilld.routing import DEFAULT_LIBRARY
@@ -131,11 +132,15 @@ def run_lifecycle(
         report.refused = f"usage not read: {refused}"
         return report
     exposed, report.worse = _effect_of(app, library)
+    withheld = holdout_spans(app.state.conn, library.name)
     candidates = [
-        LiveSkill(e.name, e.owner, record, anchors.created_at(e.name, record), exposed.get(e.name))
+        LiveSkill(
+            e.name, e.owner, record, anchors.created_at(e.name, record), exposed.get(e.name),
+            tuple(withheld.get(e.name, ())),
+        )
         for e in entries
         for record in (records.get(e.name),)
-    ]
+    ]  # fmt: skip
     plan = plan_pass(
         candidates,
         now,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from skilld.app import App
+from skilld.clock import utc_now
 from skilld.curator.passes import LifecycleReport, read_last_run, run_lifecycle, write_last_run
 from skilld.fsutil import PRIVATE_FILE_MODE, atomic_write, private_dir
 from skilld.log import get_logger
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
 
 Clock = Callable[[], datetime]
 Decision = Literal["defer", "due", "wait"]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def schedule_decision(last_run: datetime | None, now: datetime, interval: timedelta) -> Decision:

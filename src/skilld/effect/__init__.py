@@ -5,6 +5,8 @@
 the effect tables of state.db; `record` is what the tick calls as it reads and reflects.
 `verdict` and `measure` are pure too (a skill's counts in, its verdict out); `report` reads
 each learned skill's effect (`skilld effect`); `watch` is what the tick records of it.
+`holdout` is the switchback holdout's pure decisions (DESIGN.md §14), `holdout_store` its
+tables and arm counts.
 """
 
 from skilld.digest import sha256_hex
@@ -12,6 +14,8 @@ from skilld.digest import sha256_hex
 __all__ = [
     "extract",
     "failure_id",
+    "holdout",
+    "holdout_store",
     "measure",
     "record",
     "report",

@@ -19,9 +19,12 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from skilld.clock import utc_now
 from skilld.digest import sha256_hex
 from skilld.effect import failure_id
 from skilld.effect.extract import COUNTED_SQL, utc_iso
+from skilld.effect.holdout import off as holdout_off
+from skilld.effect.holdout_store import holdout_objects
 from skilld.effect.measure import (
     Anchor,
     AnchorCounts,
@@ -36,7 +39,7 @@ from skilld.effect.measure import (
     recurrences,
 )
 from skilld.effect.store import generation
-from skilld.effect.verdict import Counts, Outcome, Pooled, judge, pool
+from skilld.effect.verdict import Counts, Outcome, Pooled, judge, pool, with_holdout
 
 #: The events that wrote a version of a skill from a window.
 LEARNING_KINDS = ("created", "updated", "merged")
@@ -61,6 +64,8 @@ class SkillEffect(NamedTuple):
     outcome: Outcome
     #: Where its failures came back (read only when asked for: `with_recurrences`).
     recurrences: list[Recurrence]
+    #: Its holdout (DESIGN.md §14, `holdout_store.holdout_objects`); None: never held out.
+    holdout: Mapping[str, Any] | None = None
     #: The number of the version on disk now (`skills show`'s `effect.versions`), None when
     #: the log holds none: a person's edit or a rollback is a version, and the row goes on.
     version: int | None = None
@@ -91,6 +96,7 @@ class SkillEffect(NamedTuple):
             },
             "verdict": self.outcome.verdict,
             "evidence": self.outcome.evidence,
+            "holdout": dict(self.holdout) if self.holdout else holdout_off(),
         }
 
 
@@ -136,6 +142,7 @@ def effect_records(
     }
     reads = _Reads(conn, anchors, versions, facts, with_recurrences=with_recurrences)
     numbers = _current_versions(conn, skills)
+    holdouts = holdout_objects(conn, anchors, now=utc_now())
     records = []
     for key in keys:
         own = anchors[key]
@@ -165,8 +172,33 @@ def effect_records(
             if key in reads.failed_runs
             else []
         )
-        records.append(SkillEffect(key[0], key[1], measured, outcome, came_back, numbers.get(key)))
+        held = holdouts.get(key)
+        if held is not None:
+            outcome = with_holdout(outcome, held)
+        records.append(
+            SkillEffect(key[0], key[1], measured, outcome, came_back, held, numbers.get(key))
+        )
     return records
+
+
+def skill_anchors(
+    conn: sqlite3.Connection, libraries: Sequence[str]
+) -> dict[tuple[str, str], list[Anchor]]:
+    """Each learned skill's source failures, as anchors, by (library, name): what the holdout
+    counts its arms over (`skilld.effect.holdout_store.arm_counts`)."""
+    skills = _skills(conn, libraries)
+    versions = _versions(conn, skills) if skills else {}
+    failures = _window_failures(conn, [v for vs in versions.values() for v in vs])
+    facts = _session_facts(conn, sorted({v.session for vs in versions.values() for v in vs}))
+    agents = {session: fact[0] for session, fact in facts.items()}
+    return {
+        key: anchors_of(
+            versions.get(key, []),
+            [f for v in versions.get(key, []) for f in failures.get(v.session, ())],
+            agents,
+        )
+        for key in sorted(skills)
+    }
 
 
 def effect_rows(

@@ -17,8 +17,8 @@ Pure: counts in, values out. Nothing here reads a file, a clock or a database.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 Verdict = Literal[
     "too-early",
@@ -165,6 +165,23 @@ def judge(
     else:
         verdict = "no-change"
     return Outcome(verdict, evidence, p_helps, p_worse)
+
+
+def with_holdout(outcome: Outcome, holdout: Mapping[str, Any]) -> Outcome:
+    """The verdict once the skill's holdout is decided (DESIGN.md §14): the causal estimate
+    decides, and the evidence says so first. Sessions that started while the skill was
+    withheld are the control arm; its interval below zero is `helps`, above it `worse`."""
+    if holdout.get("state") != "decided" or outcome.verdict == "no-failure":
+        return outcome
+    low, high = holdout["ci95"]
+    present, withheld = holdout["present"], holdout["withheld"]
+    verdict: Verdict = "helps" if high < 0 else "worse" if low > 0 else "no-change"
+    causal = (
+        f"held out on random days: failed in {withheld['failures']} of {withheld['sessions']}"
+        f" sessions while withheld, in {present['failures']} of {present['sessions']} when"
+        " present"
+    )
+    return Outcome(verdict, f"{causal}; {outcome.evidence}", outcome.p_helps, outcome.p_worse)
 
 
 def _loaded_p(counts: Counts, loaded_failures: int) -> float:

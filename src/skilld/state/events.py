@@ -55,6 +55,9 @@ EVENT_KINDS = frozenset(
         # a skill's effect (DESIGN.md §13): its failure came back; its verdict moved
         "failure_recurred",
         "verdict_changed",
+        # the switchback holdout (DESIGN.md §14): a skill moved out of its agent's sight, back
+        "withheld",
+        "restored_from_holdout",
     }
 )
 

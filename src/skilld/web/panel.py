@@ -681,6 +681,12 @@ class Panel:
         except UsageError as exc:
             return JSON({"error": str(exc)}, 400)
 
+    async def api_holdout(self, request: Request) -> Response:
+        """`skilld holdout --json`: the skills withheld now, and until when."""
+        from skilld.curator.holdout import withheld_now
+
+        return JSON(await self.with_app(withheld_now))
+
 
 class _Refusal(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -781,6 +787,7 @@ def build_app(config: Config, access: Access, throttle: LoginThrottle) -> Starle
         Route("/api/failures", panel.api_failures),
         Route("/api/failures/{failure}", panel.api_failure),
         Route("/api/effect", panel.api_effect),
+        Route("/api/holdout", panel.api_holdout),
         Route("/api/{rest:path}", panel.api_unknown, methods=["GET", "HEAD", "POST"]),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
