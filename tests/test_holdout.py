@@ -368,3 +368,42 @@ def test_the_library_figure_pools_the_arms_of_every_skill_in_holdout() -> None:
     assert figure.present == ArmCounts(31, 1) and figure.withheld == ArmCounts(9, 6)
     assert figure.per_100 == 63.4 and figure.ci95 == (29.6, 84.9)
     assert prevented([]).per_100 is None
+
+
+def test_the_panel_shows_today_s_holdout_and_stops_it(
+    held: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overview lists the skill withheld today with "Stop holding this out"; pressing it
+    puts the skill back, ends its holdout, and no later withheld block moves it again."""
+    from tests.test_web import ORIGIN, client_for
+    from tests.test_web import SECRET as PANEL_SECRET
+
+    withheld_day = next(d for d in range(20) if drawn(d))
+    tick(held, withheld_day)
+    assert places(held.skills, LEARNED) == [f"{WITHHELD}/{LEARNED}"]
+    monkeypatch.setenv("SKILLD_NOW", at(withheld_day).isoformat())
+    with client_for(held) as panel:
+        overview = panel.get("/").text
+        assert 'id="withheld"' in overview and "Stop holding this out" in overview
+        assert f"<li>{LEARNED} (default)" in overview
+        done = panel.post(
+            "/act/stop-holdout",
+            data={"csrf": PANEL_SECRET, "library": "default", "name": LEARNED, "back": "/"},
+            headers={"origin": ORIGIN},
+        )
+        assert done.status_code == 200 and "Stopped holding" in done.text
+        page = panel.get(f"/skills/default/{LEARNED}").text
+        assert "Stop holding this out" not in page  # ended: nothing to stop
+        again = panel.post(
+            "/act/stop-holdout",
+            data={"csrf": PANEL_SECRET, "library": "default", "name": LEARNED, "back": "/"},
+            headers={"origin": ORIGIN},
+        )
+        assert "is not being held out" in again.text
+    assert places(held.skills, LEARNED) == [LEARNED]
+    (row,) = [r for r in json.loads(held.cli("effect", "--json").stdout) if r["name"] == LEARNED]
+    assert row["holdout"]["state"] == "ended"
+    later = next(d for d in range(withheld_day + 1, 40) if drawn(d))
+    tick(held, later)
+    assert places(held.skills, LEARNED) == [LEARNED]
+    assert [e["detail"]["action"] for e in held.events("web")] == ["stop-holdout"] * 2

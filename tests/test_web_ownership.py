@@ -147,7 +147,7 @@ def test_a_person_archives_and_deletes_their_skill_from_the_panel(
     assert outcomes == ["done"] * 4
 
 
-BUTTON = re.compile(r'<form class="action" method="post" action="/act/([a-z]+)"')
+BUTTON = re.compile(r'<form class="action" method="post" action="/act/([a-z-]+)"')
 
 
 def offered(client: TestClient, name: str) -> set[str]:

@@ -363,3 +363,30 @@ def withheld_now(app: App) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def stop_holdout(app: App, library: Library, name: str, now: datetime) -> bool:
+    """A person's "stop holding this out": the skill is put back now when it is withheld, and
+    its holdout ends, so it stays present from then on (its arms so far are kept). False when
+    it is not in a running holdout."""
+    conn = app.state.conn
+    with app.state.transaction():
+        store.ensure(conn)
+    skill = store.held_skills(conn, library.name).get(name)
+    if skill is None or (skill.state != "running" and skill.withheld is None):
+        return False
+    with library.locked():
+        if skill.withheld is not None:
+            restore(app, library, skill, now, HoldoutReport())
+        with app.state.transaction():
+            store.set_state(conn, library.name, name, "ended", now)
+    return True
+
+
+def holdout_overview(app: App) -> dict[str, Any] | None:
+    """What the panel's overview shows of the holdout: the skills withheld today and the
+    library figure; None while no skill was ever held out (nothing is measured then)."""
+    conn = app.state.conn
+    if not store.has_tables(conn) or not store.held_skills(conn):
+        return None
+    return {"withheld": withheld_now(app), "figure": library_figure(app)._asdict()}

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Changes made through the panel are attributed to "panel" in the event log.
 PANEL = Origin(source="panel")
-SKILL_ACTIONS = ("pin", "unpin", "archive", "restore", "rollback", "delete")
+SKILL_ACTIONS = ("pin", "unpin", "archive", "restore", "rollback", "delete", "stop-holdout")
 REVIEW_ACTIONS = ("approve", "reject")
 #: Every verb `/act/{verb}` takes; all but `curate` name a skill.
 VERBS = (*SKILL_ACTIONS, *REVIEW_ACTIONS, "write", "curate")
@@ -33,12 +33,13 @@ VERBS = (*SKILL_ACTIONS, *REVIEW_ACTIONS, "write", "curate")
 CHANGEABLE = ("managed", "human")
 
 
-def offered(owner: str, *, pinned: bool, archived: bool) -> set[str]:
+def offered(owner: str, *, pinned: bool, archived: bool, held: bool = False) -> set[str]:
     """The buttons a skill's page shows (`edit` and `SKILL_ACTIONS`' verbs): each one the panel
-    accepts for a skill of `owner`, pinned or not, live or `archived`."""
+    accepts for a skill of `owner`, pinned or not, live or `archived`, in a running holdout
+    (`held`) or not."""
     if archived:
         return {"restore", "rollback"}
-    shown = {"unpin" if pinned else "pin"}
+    shown = {"unpin" if pinned else "pin"} | ({"stop-holdout"} if held else set())
     if owner in CHANGEABLE and not pinned:
         shown |= {"edit", "archive", "rollback", "delete"}
     return shown
@@ -59,6 +60,8 @@ def perform(app: App, verb: str, fields: Mapping[str, str]) -> tuple[str, str | 
         return f"The curator ran: {moved_text(moved)}.", None
     if verb == "write":
         return write(app, fields)
+    if verb == "stop-holdout":
+        return stop_holding_out(app, name, library)
     chosen = app.select(library, skill=name)
     if verb in ("pin", "unpin"):
         chosen.set_pinned(name, verb == "pin", PANEL)
@@ -82,6 +85,18 @@ def perform(app: App, verb: str, fields: Mapping[str, str]) -> tuple[str, str | 
         if deleted.kept:
             message += f" Kept {', '.join(deleted.kept)}: not written by skilld."
     return message, chosen.name
+
+
+def stop_holding_out(app: App, name: str, library: str | None) -> tuple[str, str]:
+    """End `name`'s holdout: put back now if withheld, present from then on. The library is
+    named by the form: a withheld skill is in none of the listings `select` looks in."""
+    from skilld.clock import utc_now
+    from skilld.curator.holdout import stop_holdout
+
+    chosen = app.select(library)
+    if not stop_holdout(app, chosen, name, utc_now()):
+        raise UsageError(f"{name} is not being held out")
+    return f"Stopped holding {name} out: it stays present from now on.", chosen.name
 
 
 def write(app: App, fields: Mapping[str, str]) -> tuple[str, str]:

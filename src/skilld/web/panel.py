@@ -186,6 +186,8 @@ class Panel:
     # -- pages -------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
+        from skilld.curator.holdout import holdout_overview
+
         def build(app: App) -> dict[str, Any]:
             # The listing first: it fills the file facts the cap's count then reads.
             counts: dict[str, dict[str, int]] = {}
@@ -212,6 +214,7 @@ class Panel:
                 ),
                 "kept": app.state.kept_proposals(),
                 "week": effect_week(app),
+                "holdout": holdout_overview(app),
                 "watched": watched_folders(app),
             }
 
@@ -388,7 +391,11 @@ class Panel:
                 "undated": max(0, effect["uses"] - sum(effect["uses_by_day"].values())),
                 "archived": entry is None,
                 "offered": acting.offered(
-                    report["owner"], pinned=record.get("pinned") is True, archived=entry is None
+                    report["owner"],
+                    pinned=record.get("pinned") is True,
+                    archived=entry is None,
+                    held=((effect.get("outcome") or {}).get("holdout") or {}).get("state")
+                    == "running",
                 ),
             }
 
