@@ -212,12 +212,24 @@ async def test_a_context_refusal_teaches_the_context_and_fits_windows_to_it() ->
 
 def test_a_learned_context_survives_into_the_next_client() -> None:
     settings = LLMSettings(base_url=BASE_URL, model="m")
-    learned = {"context_tokens": 4096, "context_source": "refusal", "chars_per_token": 2.25}
+    learned = LLMClient(settings).health() | {
+        "context_tokens": 4096,
+        "context_source": "refusal",
+        "chars_per_token": 2.25,
+        "response_format": "json_object",
+        "response_format_confirmed": True,
+    }
     client = LLMClient(settings, learned=learned)
     assert client.context_tokens == 4096
-    assert client.health()["chars_per_token"] == 2.25
+    health = client.health()
+    assert health["chars_per_token"] == 2.25
+    assert (health["response_format"], health["response_format_confirmed"]) == ("json_object", True)
     configured = LLMClient(LLMSettings(base_url=BASE_URL, model="m", context_tokens=32768))
     assert LLMClient(configured.settings, learned=learned).context_tokens == 32768
+    # Learned of another server or model: nothing carries over.
+    other = LLMClient(LLMSettings(base_url=BASE_URL, model="other"), learned=learned)
+    assert other.context_tokens is None
+    assert other.health()["response_format"] == "json_schema"
 
 
 # -- context sources --------------------------------------------------------------------------

@@ -59,6 +59,7 @@ ErrorKind = Literal[
 ]
 CircuitState = Literal["closed", "open", "half_open"]
 
+_LEVELS: Final[tuple[FormatLevel, ...]] = ("json_schema", "json_object", "none")
 _FALLBACK_AFTER: Final[dict[FormatLevel, FormatLevel]] = {
     "json_schema": "json_object",
     "json_object": "none",
@@ -501,6 +502,8 @@ class LLMClient:
         self._context_asked = bool(settings.context_tokens)
         self._chars_per_token = CHARS_PER_TOKEN
         learned = learned if isinstance(learned, Mapping) else {}
+        if learned.get("endpoint") != self._endpoint():
+            learned = {}  # another server or model: what was learned of it says nothing here
         known, ratio = learned.get("context_tokens"), learned.get("chars_per_token")
         if self._context_tokens is None and isinstance(known, int) and known > 0:
             self._context_tokens, self._context_source = known, learned.get("context_source")
@@ -510,6 +513,11 @@ class LLMClient:
             "json_schema" if settings.response_format == "auto" else settings.response_format
         )
         self._format_confirmed = False
+        level = learned.get("response_format")
+        if settings.response_format == "auto" and level in _LEVELS:
+            # The level this server was negotiated to: not asked again for what it refused.
+            self._format_level = level
+            self._format_confirmed = learned.get("response_format_confirmed") is True
         # The last failure with the monotonic and the wall-clock time it happened at.
         self._last_failure: tuple[LLMError, float, float] | None = None
 
@@ -571,6 +579,10 @@ class LLMClient:
         finally:
             if is_probe:
                 self._circuit.abandon_probe()
+
+    def _endpoint(self) -> str:
+        """Whose model the learned facts are about: the URL and the model name."""
+        return f"{self._url} {self.settings.model}"
 
     def _patience(self) -> float:
         """How long a request once sent is waited for. A slow server is waited out, never asked
@@ -664,6 +676,7 @@ class LLMClient:
             "max_calls_per_hour": self.settings.max_calls_per_hour,
             "response_format": self._format_level,
             "response_format_confirmed": self._format_confirmed,
+            "endpoint": self._endpoint(),
             "tokens_today": self._tokens.today(time.time()),
             "max_tokens_per_day": self.settings.max_tokens_per_day,
             "context_tokens": self._context_tokens,

