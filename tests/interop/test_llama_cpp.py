@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -37,6 +36,10 @@ pytestmark = pytest.mark.interop
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 GEMMA_PACKAGE_VERSION = "1.0.0"
 SESSION = next((REPO / "examples/transcripts/claude-code/projects").glob("*/*.jsonl"))
+#: The example session played this many times over in one session file: a real Claude Code
+#: session's records, long enough (about 64 KB) that a default window overflows `n_ctx` 4096.
+REPEATS = 6
+UUID_PREFIX = "a1b2c3d4-0000-"
 DOC = REPO / "docs/local-models.md"
 #: The longest one `skilld once` may take against the model on two cores.
 ONCE_TIMEOUT = 1800
@@ -210,7 +213,7 @@ class Workspace:
         """A HOME where Claude Code has run once: the example session under its projects."""
         target = self.home / ".claude/projects" / SESSION.parent.name / SESSION.name
         target.parent.mkdir(parents=True)
-        shutil.copyfile(SESSION, target)
+        target.write_text(long_session(), encoding="utf-8")
         lines = [f'base_url = "{self.proxy_url}"', 'model = "gemma-3-270m"']
         lines += [f"{key} = {json.dumps(value)}" for key, value in self.llm.items()]
         config = self.root / "config.toml"
@@ -243,6 +246,22 @@ class Workspace:
         status = json.loads(self.skilld("status", "--json").stdout)
         assert isinstance(status, dict)
         return status
+
+
+def long_session() -> str:
+    """The example session's records `REPEATS` times, each copy's uuids its own and chained
+    to the copy before (its first record's parent is the last record of the previous)."""
+    lines = SESSION.read_text(encoding="utf-8").splitlines()
+    assert all(UUID_PREFIX in line for line in lines if '"uuid"' in line)
+    copies = []
+    for copy in range(REPEATS):
+        text = "\n".join(lines).replace(UUID_PREFIX, f"a1b2c3d4-{copy:04d}-")
+        if copy:
+            uuids = [json.loads(line)["uuid"] for line in lines if '"uuid"' in line]
+            last = uuids[-1].replace(UUID_PREFIX, f"a1b2c3d4-{copy - 1:04d}-")
+            text = text.replace('"parentUuid": null', f'"parentUuid": "{last}"', 1)
+        copies.append(text)
+    return "\n".join(copies) + "\n"
 
 
 def once_until_idle(workspace: Workspace, proxy: CountingProxy, *, most: int = 6) -> int:
@@ -278,6 +297,7 @@ def test_once_until_idle_against_llama_cpp_python(tmp_path: Path, proxy: Countin
     chats = proxy.chats()
     for seen in proxy.seen:
         print(seen, file=sys.__stdout__)
+    print([(e["kind"], e.get("reason")) for e in events], file=sys.__stdout__)
     assert proxy.most_in_flight == 1, [(s.path, s.in_flight) for s in chats]
     # Not one window given up: nothing the model's context or speed caused counts against it.
     errors = [e for e in events if e["kind"] == "error"]
@@ -301,7 +321,7 @@ def test_once_until_idle_against_llama_cpp_python(tmp_path: Path, proxy: Countin
     per_window = sum(s.seconds for s in answered_chats) / max(1, len(answered))
     print(
         f"\nllama-cpp-python {LLAMA_CPP_PYTHON_VERSION}, Gemma 3 270M Q4_K_M, n_ctx 4096:"
-        f" {windows} windows for the session ({SESSION.stat().st_size} bytes),"
+        f" {windows} windows for the session ({len(long_session())} bytes),"
         f" {len(answered)} answered, {waiting} waiting, {len(chats)} chat requests"
         f" ({[s.status for s in chats]}), {per_window:.1f} s of model time per answered window,"
         f" {runs} runs of `skilld once`, {elapsed:.0f} s in all, {len(errors)} error events",

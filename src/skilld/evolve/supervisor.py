@@ -343,15 +343,25 @@ class Evolver:
             turn_timeout_seconds=evolve.turn_timeout_seconds,
         )
 
-    def _jobs(self, session: SessionState, binding: SourceBinding, report: TickReport) -> list[Job]:
-        """The session's windows, if its held messages pass the gates."""
+    def _jobs(
+        self,
+        session: SessionState,
+        binding: SourceBinding,
+        report: TickReport,
+        *,
+        refit: bool = False,
+    ) -> list[Job]:
+        """The session's windows, if its held messages pass the gates; `refit`: the rest of
+        windows this tick already began, split again (the cooldown its own reflections
+        started does not hold them back)."""
         if session.held.conversational < 0:  # carried over from an older state.db
             session.held = summary_of(self.app.state, session)
             self.app.state.save_session(session)
+        gates = self._gate_settings()
         windows = ready_windows(
             self.app.state,
             session,
-            self._gate_settings(),
+            gates._replace(cooldown_seconds=0) if refit else gates,
             self._window_chars(binding.library),
             now=self.clock(),
         )
@@ -429,7 +439,11 @@ class Evolver:
                         refreshed = self.app.state.session(session.key)
                         if refreshed is None:
                             return
-                        session, jobs, index = refreshed, self._jobs(refreshed, binding, report), 0
+                        session, jobs, index = (
+                            refreshed,
+                            self._jobs(refreshed, binding, report, refit=True),
+                            0,
+                        )
                         report.windows += len(jobs)
                         continue
                     index += 1
