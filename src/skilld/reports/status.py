@@ -95,6 +95,7 @@ def tokens_today(app: "App", now: float) -> dict[str, Any]:
     """The tokens the LLM reported today (UTC) against `llm.max_tokens_per_day` (0: none)."""
     from datetime import UTC, datetime
 
+    # `skilld.evolve.report.TOKENS_KEY`, named here: that module loads the LLM client.
     record = app.state.get_meta("llm_tokens_today", None) or {}
     today = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
     tokens = record.get("tokens", 0) if record.get("day") == today else 0
