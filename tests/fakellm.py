@@ -110,6 +110,11 @@ class FakeLLM(LoopbackServer):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(length)
+                if not self.path.endswith("/chat/completions"):
+                    # What an OpenAI-compatible server says to the context probes (Ollama's
+                    # `/api/show`): no such endpoint; the queued replies are for chats.
+                    self.answer(404, "application/json", b'{"error": "not found"}', {})
+                    return
                 try:
                     request = json.loads(raw)
                 except ValueError:

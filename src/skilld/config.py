@@ -242,6 +242,10 @@ class LLMConfig(NamedTuple):
     max_calls_per_hour: NonNegative = 120
     temperature: NonNegativeFloat = 0.2
     max_tokens: Positive = 4096
+    #: The spend cap in tokens the server reports (`usage`) per UTC day; 0 = unlimited.
+    max_tokens_per_day: NonNegative = 0
+    #: The model's context in tokens, which windows are fitted to; 0 = learn it from the server.
+    context_tokens: NonNegative = 0
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None

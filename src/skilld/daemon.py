@@ -23,7 +23,7 @@ from anyio.abc import TaskStatus
 from skilld.app import App, open_app
 from skilld.config import Config, ConfigError
 from skilld.errors import LibraryError, UsageError
-from skilld.evolve.report import SPEND_KEY, TickReport
+from skilld.evolve.report import HEALTH_KEY, SPEND_KEY, TOKENS_KEY, TickReport
 from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import bind_sources, llm_settings
 from skilld.llm import LLMClient
@@ -137,8 +137,12 @@ class Daemon:
                     self._say_if_nothing_to_read(app)
                     self._set_up_teams(app)
                     self._break_shell_triggers(app)
-                    spent = app.state.get_meta(SPEND_KEY, [])
-                    async with LLMClient(llm_settings(self.config), spent=spent) as llm:
+                    async with LLMClient(
+                        llm_settings(self.config),
+                        spent=app.state.get_meta(SPEND_KEY, []),
+                        tokens_today=app.state.get_meta(TOKENS_KEY, None),
+                        learned=app.state.get_meta(HEALTH_KEY, None),
+                    ) as llm:
                         evolver = Evolver(app, llm, bind_sources(self.config, app.routing))
                         async with anyio.create_task_group() as group:
                             if not once:

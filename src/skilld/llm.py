@@ -20,6 +20,7 @@ import email.utils
 import math
 import os
 import random
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -54,9 +55,11 @@ ErrorKind = Literal[
     "circuit_open",
     "budget",
     "bad_response",
+    "context",
 ]
 CircuitState = Literal["closed", "open", "half_open"]
 
+_LEVELS: Final[tuple[FormatLevel, ...]] = ("json_schema", "json_object", "none")
 _FALLBACK_AFTER: Final[dict[FormatLevel, FormatLevel]] = {
     "json_schema": "json_object",
     "json_object": "none",
@@ -76,6 +79,34 @@ _CIRCUIT_KINDS: Final[frozenset[str]] = frozenset(
     {"transport", "timeout", "server", "rate_limited", "auth", "bad_response"}
 )
 _HOUR_SECONDS: Final = 3600.0
+#: A key shorter than this is a placeholder (`x`, `EMPTY`: local servers need none), not a
+#: secret: masking it would mangle every word it occurs in.
+MIN_SECRET_KEY_CHARS: Final = 8
+#: What servers say when a request is longer than the model's context, and where the number
+#: is: OpenAI, vLLM and llama-cpp-python ("This model's maximum context length is 8192
+#: tokens"), llama-cpp-python's own ("exceed context window of 4096"), llama.cpp's
+#: `llama-server` ("exceeds the available context size", with `n_ctx` in the body).
+_CONTEXT_PATTERNS: Final = (
+    re.compile(r"maximum context length is (\d+)"),
+    re.compile(r"context window of (\d+)"),
+    re.compile(r"context (?:size|length) (?:of |is )?\(?(\d+)"),
+    re.compile(r'"n_ctx"\s*:\s*(\d+)'),
+)
+_CONTEXT_WORDS: Final = (
+    "maximum context length",
+    "context window",
+    "context size",
+    "context length",
+    "exceed_context_size",
+)
+#: Characters per token assumed when fitting a window to a context: conservative (English
+#: prose runs about four; code, JSON and other scripts fewer), lowered on each refusal.
+CHARS_PER_TOKEN: Final = 3.0
+_MIN_CHARS_PER_TOKEN: Final = 1.0
+#: The smallest window a fitted split makes: below it a window says nothing.
+MIN_WINDOW_CHARS: Final = 600
+#: Tokens kept free besides the reply: chat templates and role markers.
+_TEMPLATE_TOKENS: Final = 64
 _SERVER_MESSAGE_LIMIT: Final = 200
 #: The largest reply body read. A chat completion of `max_tokens` tokens is a few KB; what a
 #: server sends beyond this (400 MB of whitespace, say) is never read, and the reply is the
@@ -97,6 +128,8 @@ class LLMSettings:
     response_format: ResponseFormatSetting = "auto"
     max_concurrency: int = 2
     max_calls_per_hour: int = 120  # 0 means unlimited
+    max_tokens_per_day: int = 0  # 0 means unlimited
+    context_tokens: int = 0  # 0: learn it from the server
     temperature: float = 0.2
     max_tokens: int = 4096
     circuit_failures: int = 3
@@ -124,13 +157,22 @@ class LLMError(Exception):
     """
 
     def __init__(
-        self, kind: ErrorKind, message: str, *, status: int | None = None, retryable: bool = False
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        unanswered: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind: ErrorKind = kind
         self.message = message
         self.status = status
         self.retryable = retryable
+        #: A request sent and not answered in time: the server may still be computing it, so
+        #: it is not sent again within the call.
+        self.unanswered = unanswered
 
     def __str__(self) -> str:
         status = f" (HTTP {self.status})" if self.status is not None else ""
@@ -180,30 +222,83 @@ def response_format_payload(
             "json_schema": {"name": schema_name, "strict": True, "schema": dict(json_schema)},
         }
     if level == "json_object":
-        return {"type": "json_object"}
+        # llama-cpp-python constrains its grammar to a schema given here; other servers that
+        # accept json_object ignore the extra key.
+        return {"type": "json_object", "schema": dict(json_schema)}
     return None
 
 
-def format_refusal(
-    status: int, body_text: str, *, level_confirmed: bool
-) -> Literal["explicit", "ambiguous", "no"]:
-    """Whether an error response means the server refuses the requested ``response_format``.
+def format_refusal(status: int, body_text: str) -> Literal["explicit", "ambiguous", "no"]:
+    """Whether an error response means the server refuses the requested ``response_format``,
+    read from what the body says whatever the status: llama-cpp-python answers 500 with a
+    validation error naming `response_format`, others 400 or 422.
 
     ``explicit``: the error names the feature, so the level is known not to work.
-    ``ambiguous``: an unspecific "not supported", or a bare 400 for a level that never worked
-    yet; the cause may be the format or something else, so a lower level is tried but is only
-    remembered once it succeeds.
+    ``ambiguous``: a 4xx saying only "not supported"; the cause may be the format or something
+    else, so a lower level is tried but is only remembered once it succeeds. A 400 that says
+    neither (a context too long, a bad message) is no refusal of the format.
     """
-    if status not in (400, 422):
+    if status < 400 or status in (401, 403, 404, 408, 429):
         return "no"
     lowered = body_text.lower()
+    if context_limit(lowered) is not None or any(w in lowered for w in _CONTEXT_WORDS):
+        return "no"
     if any(word in lowered for word in _FORMAT_WORDS):
         return "explicit"
-    if any(word in lowered for word in _UNSUPPORTED_WORDS):
-        return "ambiguous"
-    if status == 400 and not level_confirmed:
+    if status < 500 and any(word in lowered for word in _UNSUPPORTED_WORDS):
         return "ambiguous"
     return "no"
+
+
+def is_context_refusal(status: int, body_text: str) -> bool:
+    """Whether an error says the request is longer than the model's context."""
+    if status < 400:
+        return False
+    lowered = body_text.lower()
+    return any(word in lowered for word in _CONTEXT_WORDS)
+
+
+def context_limit(text: str) -> int | None:
+    """The model's context in tokens, as a context-length refusal names it."""
+    lowered = text.lower()
+    for pattern in _CONTEXT_PATTERNS:
+        if (found := pattern.search(lowered)) is not None:
+            value = int(found.group(1))
+            if value > 0:
+                return value
+    return None
+
+
+def context_from_server(path: str, document: object, model: str) -> int | None:
+    """The context length a server reports at `path`: llama.cpp `/props` (`n_ctx`, also under
+    `default_generation_settings`), vLLM `/v1/models` (`max_model_len` of the model), Ollama
+    `/api/show` (`model_info` `<arch>.context_length`, or a `num_ctx` parameter)."""
+    if not isinstance(document, dict):
+        return None
+    found: object = None
+    if path.endswith("/props"):
+        settings = document.get("default_generation_settings")
+        found = document.get("n_ctx")
+        if found is None and isinstance(settings, dict):
+            found = settings.get("n_ctx")
+    elif path.endswith("/models"):
+        entries = document.get("data")
+        if isinstance(entries, list):
+            matching = [e for e in entries if isinstance(e, dict) and e.get("id") == model]
+            for entry in matching or [e for e in entries if isinstance(e, dict)][:1]:
+                found = entry.get("max_model_len")
+    elif path.endswith("/api/show"):
+        parameters = document.get("parameters")
+        num_ctx = re.search(r"num_ctx\s+(\d+)", parameters) if isinstance(parameters, str) else None
+        if num_ctx is not None:
+            found = int(num_ctx.group(1))
+        info = document.get("model_info")
+        if found is None and isinstance(info, dict):
+            lengths = [v for k, v in info.items() if str(k).endswith(".context_length")]
+            found = lengths[0] if lengths else None
+    if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+        return found
+    return None
 
 
 def error_for_status(status: int, server_message: str) -> LLMError:
@@ -332,6 +427,41 @@ class _HourlyBudget:
         self._attempt_times.append(now)
 
 
+class _DailyTokens:
+    """Tokens the server reported (`usage`) per UTC day; a spend cap, like `_HourlyBudget`."""
+
+    def __init__(self, limit: int, record: Mapping[str, Any] | None = None) -> None:
+        self.limit = limit
+        record = record if isinstance(record, Mapping) else {}
+        day, tokens = record.get("day"), record.get("tokens")
+        self.day = day if isinstance(day, str) else _utc_day(time.time())
+        self.tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
+
+    def today(self, wall: float) -> int:
+        day = _utc_day(wall)
+        if day != self.day:
+            self.day, self.tokens = day, 0
+        return self.tokens
+
+    def check(self, wall: float) -> None:
+        if self.limit > 0 and self.today(wall) >= self.limit:
+            midnight = (math.floor(wall / 86400) + 1) * 86400
+            raise LLMError(
+                "budget",
+                f"max_tokens_per_day={self.limit} reached ({self.tokens} tokens today);"
+                f" next call allowed in {midnight - wall:.0f}s",
+                retryable=True,
+            )
+
+    def spend(self, wall: float, tokens: int) -> None:
+        self.today(wall)
+        self.tokens += tokens
+
+
+def _utc_day(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%d")
+
+
 class LLMClient:
     def __init__(
         self,
@@ -342,9 +472,13 @@ class LLMClient:
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rng: random.Random | None = None,
         spent: Sequence[float] = (),
+        tokens_today: Mapping[str, Any] | None = None,
+        learned: Mapping[str, Any] | None = None,
     ) -> None:
         """`spent`: wall-clock times of the calls of the last hour (`spend_record()` of an
-        earlier client), so that the spend cap survives a reload or a restart."""
+        earlier client), so that the spend cap survives a reload or a restart; `tokens_today`
+        likewise for the daily token cap (`token_record()`); `learned`: an earlier client's
+        `health()`, whose learned context and fit this one starts from."""
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         self._host = _host_of(self._url)
         self.settings = settings
@@ -360,11 +494,30 @@ class LLMClient:
         self._budget = _HourlyBudget(
             settings.max_calls_per_hour, [now - (wall - moment) for moment in spent]
         )
+        self._tokens = _DailyTokens(settings.max_tokens_per_day, tokens_today)
         self._circuit = _CircuitBreaker(settings.circuit_failures, settings.circuit_reset_seconds)
+        #: The model's context in tokens: configured, else learned (None: not known yet).
+        self._context_tokens: int | None = settings.context_tokens or None
+        self._context_source = "config" if settings.context_tokens else None
+        self._context_asked = bool(settings.context_tokens)
+        self._chars_per_token = CHARS_PER_TOKEN
+        learned = learned if isinstance(learned, Mapping) else {}
+        if learned.get("endpoint") != self._endpoint():
+            learned = {}  # another server or model: what was learned of it says nothing here
+        known, ratio = learned.get("context_tokens"), learned.get("chars_per_token")
+        if self._context_tokens is None and isinstance(known, int) and known > 0:
+            self._context_tokens, self._context_source = known, learned.get("context_source")
+        if isinstance(ratio, int | float) and _MIN_CHARS_PER_TOKEN <= ratio <= CHARS_PER_TOKEN:
+            self._chars_per_token = float(ratio)
         self._format_level: FormatLevel = (
             "json_schema" if settings.response_format == "auto" else settings.response_format
         )
         self._format_confirmed = False
+        level = learned.get("response_format")
+        if settings.response_format == "auto" and level in _LEVELS:
+            # The level this server was negotiated to: not asked again for what it refused.
+            self._format_level = level
+            self._format_confirmed = learned.get("response_format_confirmed") is True
         # The last failure with the monotonic and the wall-clock time it happened at.
         self._last_failure: tuple[LLMError, float, float] | None = None
 
@@ -399,7 +552,7 @@ class LLMClient:
             self._http = httpx.AsyncClient(
                 transport=self._transport,
                 headers=headers,
-                timeout=httpx.Timeout(self.settings.timeout_seconds),
+                timeout=httpx.Timeout(self._patience(), connect=self.settings.timeout_seconds),
                 follow_redirects=False,
                 verify=_tls_context(self._url, os.environ),
             )
@@ -427,6 +580,77 @@ class LLMClient:
             if is_probe:
                 self._circuit.abandon_probe()
 
+    def _endpoint(self) -> str:
+        """Whose model the learned facts are about: the URL and the model name."""
+        return f"{self._url} {self.settings.model}"
+
+    def _patience(self) -> float:
+        """How long a request once sent is waited for. A slow server is waited out, never asked
+        again while it may still compute the first request (a single-threaded local server
+        would then compute both, each slower): the retries a timeout would have spent are
+        spent waiting for the same answer."""
+        return self.settings.timeout_seconds * (1 + self.settings.max_retries)
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context in tokens, configured or learned; None while unknown."""
+        return self._context_tokens
+
+    def reply_tokens(self) -> int:
+        """The `max_tokens` a request asks for: the configured one, within a quarter of a
+        known context so that a window still fits beside it."""
+        if self._context_tokens is None:
+            return self.settings.max_tokens
+        return max(1, min(self.settings.max_tokens, max(256, self._context_tokens // 4)))
+
+    def window_chars(self, prompt_chars: int) -> int | None:
+        """The most characters of transcript a window may hold beside a prompt of
+        `prompt_chars` and room for the reply, for the model's context; None while the
+        context is unknown."""
+        if self._context_tokens is None:
+            return None
+        ratio = self._chars_per_token
+        free = self._context_tokens - self.reply_tokens() - _TEMPLATE_TOKENS
+        free -= math.ceil(prompt_chars / ratio)
+        return max(MIN_WINDOW_CHARS, int(free * ratio))
+
+    async def learn_context(self) -> int | None:
+        """Ask the server once per client for its model's context (`context_tokens` = 0):
+        llama.cpp `/props`, vLLM `/v1/models`, Ollama `/api/show`. What none of them tell is
+        learned from the first context-length refusal instead."""
+        if self._context_asked:
+            return self._context_tokens
+        self._context_asked = True
+        base = self.settings.base_url.rstrip("/")
+        root = base.removesuffix("/v1")
+        probes: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("GET", root + "/props", None),
+            ("GET", base + "/models", None),
+            ("POST", root + "/api/show", {"model": self.settings.model}),
+        ]
+        import httpx
+
+        http = self._client()
+        for method, url, body in probes:
+            try:
+                with anyio.fail_after(min(10.0, self.settings.timeout_seconds)):
+                    async with http.stream(method, url, json=body) as response:
+                        raw = await _read_at_most(response, 1 << 20)
+                        ok = response.is_success
+                document = bounded_loads(raw or b"", limit=1 << 20) if ok else None
+            except (TimeoutError, httpx.HTTPError, ValueError):
+                continue
+            found = context_from_server(urlsplit(url).path, document, self.settings.model)
+            if found is not None:
+                self._context_tokens, self._context_source = found, urlsplit(url).path
+                _log.info("llm.context_learned", context_tokens=found, source=self._context_source)
+                break
+        return self._context_tokens
+
+    def token_record(self) -> dict[str, Any]:
+        """The tokens spent today (UTC), for the next client's `tokens_today`."""
+        return {"day": self._tokens.day, "tokens": self._tokens.today(time.time())}
+
     def health(self) -> dict[str, Any]:
         now = self._clock()
         last_error: dict[str, Any] | None = None
@@ -452,6 +676,12 @@ class LLMClient:
             "max_calls_per_hour": self.settings.max_calls_per_hour,
             "response_format": self._format_level,
             "response_format_confirmed": self._format_confirmed,
+            "endpoint": self._endpoint(),
+            "tokens_today": self._tokens.today(time.time()),
+            "max_tokens_per_day": self.settings.max_tokens_per_day,
+            "context_tokens": self._context_tokens,
+            "context_source": self._context_source,
+            "chars_per_token": self._chars_per_token,
         }
 
     def spend_record(self) -> list[float]:
@@ -487,7 +717,7 @@ class LLMClient:
                 "model": self.settings.model,
                 "messages": messages,
                 "temperature": self.settings.temperature,
-                "max_tokens": self.settings.max_tokens,
+                "max_tokens": self.reply_tokens(),
             }
             if json_schema is not None:
                 response_format = response_format_payload(level, json_schema, schema_name)
@@ -498,7 +728,8 @@ class LLMClient:
                 response, raw = await self._send(body)
                 reply = self._decode(response, raw, attempts) if response.is_success else None
             except LLMError as error:
-                if error.kind in ("transport", "timeout", "bad_response") and error.retryable:
+                resend = error.kind in ("transport", "timeout", "bad_response") and error.retryable
+                if resend and not error.unanswered:
                     if retries_used < self.settings.max_retries:
                         await self._wait_before_retry(retries_used, None, error)
                         retries_used += 1
@@ -509,16 +740,15 @@ class LLMClient:
                 if json_schema is not None:
                     self._format_level = level
                     self._format_confirmed = True
+                self._tokens.spend(time.time(), _tokens_of(reply, body))
                 return reply
             text = _text_of(response, raw)
             server_message = self._server_message(raw, text)
+            if is_context_refusal(response.status_code, text):
+                raise self._refit(response.status_code, text, server_message, body)
             fallback = _FALLBACK_AFTER.get(level) if json_schema is not None else None
             if fallback is not None and self.settings.response_format == "auto":
-                refusal = format_refusal(
-                    response.status_code,
-                    text[:2000],
-                    level_confirmed=self._format_confirmed and level == self._format_level,
-                )
+                refusal = format_refusal(response.status_code, text[:_ERROR_BODY_BYTES])
                 if refusal != "no":
                     _log.info(
                         "llm.response_format_fallback",
@@ -541,6 +771,36 @@ class LLMClient:
             await self._wait_before_retry(retries_used, retry_after, failure)
             retries_used += 1
 
+    def _refit(
+        self, status: int, text: str, server_message: str, body: Mapping[str, Any]
+    ) -> LLMError:
+        """A request longer than the model's context: the model's limit, not the window's
+        fault. A context it names is learned; a refusal at a context already known fits
+        windows smaller (fewer characters a token); one naming none, with none known, fits
+        them to well under what was sent."""
+        limit = context_limit(text)
+        configured = self.settings.context_tokens > 0
+        if limit is not None and not configured and limit != self._context_tokens:
+            self._context_tokens, self._context_source = limit, "refusal"
+        elif self._context_tokens is not None:
+            self._chars_per_token = max(_MIN_CHARS_PER_TOKEN, self._chars_per_token * 0.75)
+        else:
+            sent = sum(len(str(m.get("content", ""))) for m in body.get("messages", ()))
+            self._context_tokens = max(512, int(sent / CHARS_PER_TOKEN * 0.75))
+            self._context_source = "estimate"
+        _log.info(
+            "llm.context_refusal",
+            status=status,
+            context_tokens=self._context_tokens,
+            chars_per_token=self._chars_per_token,
+        )
+        return LLMError(
+            "context",
+            f"the request is longer than the model's context: {server_message}",
+            status=status,
+            retryable=True,
+        )
+
     async def _send(self, body: dict[str, Any]) -> tuple[httpx.Response, bytes | None]:
         """The response to one POST of `body`, and its body: all of it for a success (None
         when it is over `MAX_REPLY_BYTES`, read no further), the start of it for an error."""
@@ -548,16 +808,25 @@ class LLMClient:
         import httpx  # loaded by `_client`
 
         async with self._in_flight:
+            self._tokens.check(time.time())
             self._budget.spend(self._clock())
             try:
-                with anyio.fail_after(self.settings.timeout_seconds):
+                with anyio.fail_after(self._patience()):
                     async with http.stream("POST", self._url, json=body) as response:
                         return response, await self._body_of(response)
+            except (httpx.ConnectTimeout, httpx.PoolTimeout):  # nothing was sent: ask again
+                raise LLMError(
+                    "timeout",
+                    f"no connection to {self._host} within {self.settings.timeout_seconds:g}s",
+                    retryable=True,
+                ) from None
             except (TimeoutError, httpx.TimeoutException):
                 raise LLMError(
                     "timeout",
-                    f"no reply from {self._host} within {self.settings.timeout_seconds:g}s",
+                    f"no reply from {self._host} within {self._patience():g}s"
+                    " (waited out, not sent again while the server may still compute it)",
                     retryable=True,
+                    unanswered=True,
                 ) from None
             except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as error:
                 raise LLMError(
@@ -662,8 +931,9 @@ class LLMClient:
         the request); none may reach a log line, an event or `status`."""
         from skilld.redact import redact  # loaded by the failures that need it
 
-        if self.settings.api_key:
-            text = text.replace(self.settings.api_key, "[REDACTED:api_key]")
+        key = self.settings.api_key
+        if key and len(key) >= MIN_SECRET_KEY_CHARS:
+            text = text.replace(key, "[REDACTED:api_key]")
         return redact(text).text
 
 
@@ -730,6 +1000,17 @@ def _usage(usage: object) -> dict[str, int]:
         for key in ("prompt_tokens", "completion_tokens", "total_tokens")
         if isinstance(value := usage.get(key), int) and not isinstance(value, bool)
     }
+
+
+def _tokens_of(reply: LLMReply, body: Mapping[str, Any]) -> int:
+    """The tokens a call cost as the server reports them (`usage`), else estimated."""
+    usage = reply.usage
+    if "total_tokens" in usage:
+        return usage["total_tokens"]
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        return usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    sent = sum(len(str(m.get("content", ""))) for m in body.get("messages", ()))
+    return math.ceil((sent + len(reply.content)) / CHARS_PER_TOKEN)
 
 
 def _host_of(url: str) -> str:

@@ -450,6 +450,21 @@ def recorded_sync_rounds(config: Config, keys: list[str]) -> dict[str, dict[str,
         return {}  # check_state reports it
 
 
+def check_llm_learned(config: Config) -> list[Check]:
+    """What the daemon learned of its model on its last tick: the `response_format` level
+    the server accepts (confirmed by a reply, or not yet) and the context windows fit."""
+    from skilld.reports.status import context_line, format_line
+
+    health = recorded_sync_rounds(config, ["llm_health"]).get("llm_health") or {}
+    if not health:
+        return []
+    confirmed = bool(health.get("response_format_confirmed"))
+    return [
+        Check("llm", "ok" if confirmed else "warn", format_line(health)),
+        Check("llm", "ok", f"context {context_line(health)}"),
+    ]
+
+
 def check_guidance(config: Config) -> list[Check]:
     """`evolve.guidance_file`, when set, is readable text (the daemon would only warn)."""
     path = config.evolve.guidance_file
@@ -469,6 +484,7 @@ def run_doctor(config: Config, *, llm_timeout: float, check_llm: bool) -> list[C
     checks += check_team_libraries(config)
     checks.append(check_state(config))
     checks.append(check_api_key(config))
+    checks += check_llm_learned(config)
     if check_llm:
         import anyio
 

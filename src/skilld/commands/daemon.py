@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 from skilld.commands.common import CommandTable, Parser, cli_origin, print_json_line
 from skilld.config import Config, load_config
 from skilld.errors import ConfigError, StateError
-from skilld.reports.status import outcome_counts_text, review_items, status_problems, status_report
+from skilld.reports.status import (
+    context_line,
+    format_line,
+    outcome_counts_text,
+    review_items,
+    status_problems,
+    status_report,
+)
 
 if TYPE_CHECKING:
     from skilld.app import App
@@ -117,6 +124,13 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
             )
         print(f"review         {report['pending_review']} awaiting approval")
         print(f"llm            circuit {llm.get('circuit', 'unknown')}, last error: {last_error}")
+        print(f"llm format     {format_line(llm)}")
+        print(f"llm context    {context_line(llm)}")
+        tokens = report["llm_tokens"]
+        cap = tokens["max_tokens_per_day"]
+        limit = f" of {cap} (max_tokens_per_day)" if cap else " (no max_tokens_per_day)"
+        paused = ", calls paused until 00:00 UTC" if tokens["at_cap"] else ""
+        print(f"llm tokens     {tokens['today']} today{limit}{paused}")
         print(f"skipped lines  {report['malformed_lines_skipped']}")
         print(f"source errors  {report['source_errors_total']} in the last tick")
     if not args.check:

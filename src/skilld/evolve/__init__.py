@@ -23,7 +23,15 @@ _EXPORTS = {
         "replay",
     ),
     **dict.fromkeys(
-        ["DAILY_SPEND_DAYS", "DAILY_SPEND_KEY", "SPEND_KEY", "TickReport", "WindowRecord"],
+        [
+            "DAILY_SPEND_DAYS",
+            "DAILY_SPEND_KEY",
+            "HEALTH_KEY",
+            "SPEND_KEY",
+            "TOKENS_KEY",
+            "TickReport",
+            "WindowRecord",
+        ],
         "report",
     ),
     **dict.fromkeys(["ReviewQueue", "Staged"], "review"),

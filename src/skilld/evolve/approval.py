@@ -15,7 +15,15 @@ import anyio
 
 from skilld.errors import Failure, Protected
 from skilld.evolve._judge import Failed, Invalid, Propose, Skip, Verdict
-from skilld.evolve.report import DAILY_SPEND_KEY, SPEND_KEY, Spend, TickReport, add_daily_spend
+from skilld.evolve.report import (
+    DAILY_SPEND_KEY,
+    HEALTH_KEY,
+    SPEND_KEY,
+    TOKENS_KEY,
+    Spend,
+    TickReport,
+    add_daily_spend,
+)
 from skilld.evolve.supervisor import Evolver
 from skilld.evolve.wiring import llm_settings
 from skilld.llm import LLMClient
@@ -71,7 +79,12 @@ async def merge_staged(app: App, library: Library, current: SkillDoc, item: Stag
     could not answer)."""
     state = app.state
     try:
-        client = LLMClient(llm_settings(app.config), spent=state.get_meta(SPEND_KEY, []))
+        client = LLMClient(
+            llm_settings(app.config),
+            spent=state.get_meta(SPEND_KEY, []),
+            tokens_today=state.get_meta(TOKENS_KEY, None),
+            learned=state.get_meta(HEALTH_KEY, None),
+        )
     except ValueError as exc:
         raise Failure(f"llm.base_url: {exc}") from None
     report, spend = TickReport(started_at=time.time()), Spend()
@@ -79,6 +92,7 @@ async def merge_staged(app: App, library: Library, current: SkillDoc, item: Stag
         verdict = await Evolver(app, llm, []).merge(current, kept_of(item), library, report, spend)
         with state.transaction():
             state.set_meta(SPEND_KEY, llm.spend_record())
+            state.set_meta(TOKENS_KEY, llm.token_record())
             if report.llm_calls:
                 daily = state.get_meta(DAILY_SPEND_KEY, {})
                 cost = {

@@ -137,6 +137,13 @@ def _measure(app: App, keys: list[str]) -> tuple[dict[str, int], dict[str, dict[
     return totals, by_source
 
 
+def prompt_chars_of(state: StateDB, library: str) -> int:
+    """The characters of `library`'s reflection prompt around its window, as last measured,
+    else the bare template's."""
+    measured: dict[str, int] = state.get_meta(PROMPT_CHARS_KEY, {})
+    return measured.get(library) or _bare_prompt_chars()
+
+
 def _bare_prompt_chars() -> int:
     """The prompt around a window before any library was measured: the template alone."""
     from skilld.evolve.prompt import SYSTEM_PROMPT, USER_PROMPT

@@ -13,6 +13,10 @@ from skilld.state import StateDB, utc_now_iso
 
 #: state.db meta: the LLM calls of the last hour, the spend cap's count (kept over restarts).
 SPEND_KEY = "llm_spend"
+#: state.db meta: the tokens the LLM reported today (UTC), the daily cap's count, {day, tokens}.
+TOKENS_KEY = "llm_tokens_today"
+#: state.db meta: the LLM's health of the last tick (and what the client learned: the context).
+HEALTH_KEY = "llm_health"
 #: How many source errors a tick keeps for `status`; the total is always counted.
 MAX_REPORTED_SOURCE_ERRORS = 100
 #: state.db meta: LLM calls and tokens per UTC day, {"YYYY-MM-DD": {...}}, the last 30 days.
@@ -133,14 +137,17 @@ def record_tick(
     spend_record: Any,
     prompt_chars: dict[str, int],
     heartbeat: float,
+    token_record: Any = None,
 ) -> None:
     """What `status` reads of a tick: the tick, the heartbeat, the LLM's health and spend,
     the prompt sizes measured, the lines skipped and the sources' errors."""
     with state.transaction():
         state.set_meta("last_tick", report.as_dict())
         state.set_meta("heartbeat", heartbeat)
-        state.set_meta("llm_health", llm_health)
+        state.set_meta(HEALTH_KEY, llm_health)
         state.set_meta(SPEND_KEY, spend_record)
+        if token_record is not None:
+            state.set_meta(TOKENS_KEY, token_record)
         if report.llm_calls:
             day = utc_now_iso(report.started_at)[:10]
             daily = state.get_meta(DAILY_SPEND_KEY, {})

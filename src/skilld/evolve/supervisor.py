@@ -48,7 +48,7 @@ from skilld.evolve._judge import (
     is_windows_fault,
     judge_reply,
 )
-from skilld.evolve.backlog import ready_windows, summary_of
+from skilld.evolve.backlog import prompt_chars_of, ready_windows, summary_of
 from skilld.evolve.contract import RAW_REPLY_LIMIT, Violation, proposal_schema, repair_message
 from skilld.evolve.prompt import (
     PromptSettings,
@@ -93,6 +93,18 @@ from skilld.transcripts.normalise import cut_text
 from skilld.transcripts.signals import skill_signals
 
 #: state.db meta: the wall-clock times of the LLM calls of the last hour (the spend cap).
+
+
+#: How often one session's windows are split again within a tick after context refusals.
+_MAX_REFITS = 4
+
+
+class Refit(Exception):
+    """The window is longer than the model's context: split it again, nothing is spent."""
+
+    def __init__(self, error: LLMError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +193,15 @@ class Evolver:
         report.duration = self.clock() - report.started_at
         llm = self.llm
         health, spent = llm.health(), llm.spend_record()
-        record_tick(self.app.state, report, health, spent, self._prompt_chars, self.clock())
+        record_tick(
+            self.app.state,
+            report,
+            health,
+            spent,
+            self._prompt_chars,
+            self.clock(),
+            llm.token_record(),
+        )
         return report
 
     def _watch_effect(self) -> None:
@@ -327,16 +347,26 @@ class Evolver:
             turn_timeout_seconds=evolve.turn_timeout_seconds,
         )
 
-    def _jobs(self, session: SessionState, binding: SourceBinding, report: TickReport) -> list[Job]:
-        """The session's windows, if its held messages pass the gates."""
+    def _jobs(
+        self,
+        session: SessionState,
+        binding: SourceBinding,
+        report: TickReport,
+        *,
+        refit: bool = False,
+    ) -> list[Job]:
+        """The session's windows, if its held messages pass the gates; `refit`: the rest of
+        windows this tick already began, split again (the cooldown its own reflections
+        started does not hold them back)."""
         if session.held.conversational < 0:  # carried over from an older state.db
             session.held = summary_of(self.app.state, session)
             self.app.state.save_session(session)
+        gates = self._gate_settings()
         windows = ready_windows(
             self.app.state,
             session,
-            self._gate_settings(),
-            self.config.evolve.window_max_chars,
+            gates._replace(cooldown_seconds=0) if refit else gates,
+            self._window_chars(binding.library),
             now=self.clock(),
         )
         if isinstance(windows, Waiting):
@@ -359,6 +389,14 @@ class Evolver:
             first += len(chunk)
         return jobs
 
+    def _window_chars(self, library: str) -> int:
+        """`window_max_chars`, or less: what fits the model's context beside the prompt
+        around the window (as last measured for `library`) and the reply."""
+        configured = self.config.evolve.window_max_chars
+        prompt = self._prompt_chars.get(library) or prompt_chars_of(self.app.state, library)
+        fitted = self.llm.window_chars(prompt)
+        return configured if fitted is None else min(configured, fitted)
+
     def _observe(self, cwd: str | None) -> GitContext | None:
         """What the repository holding `cwd` holds now (its files, no process), once a tick."""
         if not cwd:
@@ -371,10 +409,16 @@ class Evolver:
         state = self.app.state
         limiter = anyio.CapacityLimiter(max(1, self.config.llm.max_concurrency))
         outages: list[Outage] = []
+        asked = False  # the server's context, asked once before the first window is cut
 
-        async def run_session(session: SessionState, jobs: list[Job]) -> None:
+        async def run_session(
+            session: SessionState, binding: SourceBinding, jobs: list[Job]
+        ) -> None:
+            refits = 0
             async with limiter:
-                for index, job in enumerate(jobs):
+                index = 0
+                while index < len(jobs):
+                    job = jobs[index]
                     if outages:
                         report.deferred["llm unavailable"] += len(jobs) - index
                         return
@@ -389,6 +433,24 @@ class Evolver:
                         outages.append(outage)
                         report.deferred["llm unavailable"] += len(jobs) - index
                         return
+                    except Refit:
+                        # The model's context is smaller than the window: split what is left
+                        # again to fit it, giving up nothing and spending no attempt.
+                        refits += 1
+                        if refits > _MAX_REFITS:
+                            report.deferred["window refit"] += len(jobs) - index
+                            return
+                        refreshed = self.app.state.session(session.key)
+                        if refreshed is None:
+                            return
+                        session, jobs, index = (
+                            refreshed,
+                            self._jobs(refreshed, binding, report, refit=True),
+                            0,
+                        )
+                        report.windows += len(jobs)
+                        continue
+                    index += 1
 
         async with anyio.create_task_group() as group:
             for key in state.sessions_with_pending():
@@ -399,10 +461,13 @@ class Evolver:
                 if binding is None:
                     report.deferred["source not configured"] += 1
                     continue
+                if not asked:
+                    asked = True
+                    await self.llm.learn_context()
                 jobs = self._jobs(session, binding, report)
                 if jobs:
                     report.windows += len(jobs)
-                    group.start_soon(run_session, session, jobs)
+                    group.start_soon(run_session, session, binding, jobs)
         return outages[0] if outages else None
 
     async def _reflect(self, session: SessionState, job: Job, report: TickReport) -> None:
@@ -417,6 +482,8 @@ class Evolver:
         job = replace(job, revisions=tuple(offers), failures=tuple(listed_failures(shown)))
         verdict = await self._ask(job, report, spend)
         if isinstance(verdict, Failed):
+            if verdict.error.kind == "context":
+                raise Refit(verdict.error)
             if not is_windows_fault(verdict.error):
                 raise Outage(verdict.error)
             outcome = self._window_failed(session, job, verdict.error)

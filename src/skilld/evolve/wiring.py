@@ -58,6 +58,8 @@ def llm_settings(config: Config) -> LLMSettings:
         max_calls_per_hour=llm.max_calls_per_hour,
         temperature=llm.temperature,
         max_tokens=llm.max_tokens,
+        max_tokens_per_day=llm.max_tokens_per_day,
+        context_tokens=llm.context_tokens,
     )
 
 

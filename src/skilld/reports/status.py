@@ -63,6 +63,7 @@ def status_report(app: "App") -> dict[str, Any]:
         "pending_review": len(ReviewQueue(app.config.state.dir / "pending").staged()),
         "sync": sync_status(app),
         "llm": state.get_meta("llm_health"),
+        "llm_tokens": tokens_today(app, now),
         "malformed_lines_skipped": state.get_meta("skipped_lines_total", 0),
         "source_errors": state.get_meta("source_errors", []),
         "source_errors_total": state.get_meta("source_errors_total", 0),
@@ -70,6 +71,36 @@ def status_report(app: "App") -> dict[str, Any]:
             e.as_dict() for e in state.events(kinds=("error", "usage_corrupt"), limit=3)
         ],
     }
+
+
+def format_line(llm: Mapping[str, Any]) -> str:
+    """The `response_format` level the client uses, and whether a reply confirmed it."""
+    level = llm.get("response_format")
+    if level is None:
+        return "not negotiated yet (no call made)"
+    confirmed = "confirmed by a reply" if llm.get("response_format_confirmed") else "not confirmed"
+    return f"response_format {level}, {confirmed}"
+
+
+def context_line(llm: Mapping[str, Any]) -> str:
+    """The model's context windows are fitted to, and where it was learned."""
+    context = llm.get("context_tokens")
+    if not context:
+        return "unknown (windows are cut at evolve.window_max_chars alone)"
+    source = llm.get("context_source") or "config"
+    return f"{context} tokens (from {source}); windows are split to fit it"
+
+
+def tokens_today(app: "App", now: float) -> dict[str, Any]:
+    """The tokens the LLM reported today (UTC) against `llm.max_tokens_per_day` (0: none)."""
+    from datetime import UTC, datetime
+
+    # `skilld.evolve.report.TOKENS_KEY`, named here: that module loads the LLM client.
+    record = app.state.get_meta("llm_tokens_today", None) or {}
+    today = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
+    tokens = record.get("tokens", 0) if record.get("day") == today else 0
+    cap = app.config.llm.max_tokens_per_day
+    return {"today": tokens, "max_tokens_per_day": cap, "at_cap": bool(cap) and tokens >= cap}
 
 
 #: A backlog that needs more than this many hours at the spend cap is stuck: it will not clear
