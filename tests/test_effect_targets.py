@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -82,6 +83,16 @@ def lint_and_push(moment: datetime, cwd: str) -> list[dict[str, Any]]:
     ]
 
 
+def answered_by(
+    workspace: Workspace, fake_llm: FakeLLM, responder: Callable[[dict[str, Any]], Reply]
+) -> str:
+    """The workspace's model answers with `responder`; the checkout its sessions work in."""
+    fake_llm.responder = responder
+    workspace.llm_url = fake_llm.base_url
+    workspace.write_config()
+    return str(checkout(workspace.root / "shop", "https://github.com/acme/shop.git"))
+
+
 def window_of(fake_llm: FakeLLM) -> str:
     (text,) = [r["messages"][1]["content"] for r in fake_llm.requests if LINT_MARK in str(r)]
     return text
@@ -107,10 +118,7 @@ def test_the_reply_names_what_the_skill_ends(workspace: Workspace, fake_llm: Fak
             ends=[push.group(1)],
         )
 
-    fake_llm.responder = responder
-    workspace.llm_url = fake_llm.base_url
-    workspace.write_config()
-    shop = str(checkout(workspace.root / "shop", "https://github.com/acme/shop.git"))
+    shop = answered_by(workspace, fake_llm, responder)
     workspace.add_session("src", lint_and_push(datetime.now(UTC) - timedelta(hours=1), shop))
     assert workspace.cli("once").returncode == 0
     lines = [line for line in window_of(fake_llm).splitlines() if line.startswith("[failure ")]
@@ -129,10 +137,7 @@ def test_a_skill_about_nothing_the_window_failed_targets_nothing(
             return skip_reply()
         return skill_reply("tabs-not-spaces", "1. Indent with two spaces in Elixir files.\n")
 
-    fake_llm.responder = responder
-    workspace.llm_url = fake_llm.base_url
-    workspace.write_config()
-    shop = str(checkout(workspace.root / "shop", "https://github.com/acme/shop.git"))
+    shop = answered_by(workspace, fake_llm, responder)
     workspace.add_session("src", lint_and_push(datetime.now(UTC) - timedelta(hours=1), shop))
     assert workspace.cli("once").returncode == 0
     assert "[failure F2]" in window_of(fake_llm)
@@ -150,10 +155,7 @@ def test_an_unknown_failure_id_is_refused_like_any_invalid_field(
             return skip_reply()
         return skill_reply("push-upstream", "1. Push with -u.\n", ends=["F9"])
 
-    fake_llm.responder = responder
-    workspace.llm_url = fake_llm.base_url
-    workspace.write_config()
-    shop = str(checkout(workspace.root / "shop", "https://github.com/acme/shop.git"))
+    shop = answered_by(workspace, fake_llm, responder)
     workspace.add_session("src", lint_and_push(datetime.now(UTC) - timedelta(hours=1), shop))
     assert workspace.cli("once").returncode == 0
     (invalid,) = workspace.events("invalid")
@@ -166,10 +168,7 @@ def test_a_version_written_before_targets_is_worked_out_from_its_body(
 ) -> None:
     """An older state.db: the version's event names its window but no targets. The skill's
     body names `git push`, not `mix lint`: it targets the push, once, kept by event id."""
-    fake_llm.responder = lambda request: skip_reply()
-    workspace.llm_url = fake_llm.base_url
-    workspace.write_config()
-    shop = str(checkout(workspace.root / "shop", "https://github.com/acme/shop.git"))
+    shop = answered_by(workspace, fake_llm, lambda request: skip_reply())
     workspace.add_session("src", lint_and_push(datetime.now(UTC) - timedelta(hours=1), shop))
     assert workspace.cli("once").returncode == 0
     folder = workspace.skills / "push-upstream"
@@ -212,10 +211,7 @@ def test_helps_when_loaded_with_the_evidence_in_sessions(
             return skill_reply("push-upstream", "1. Run `git push -u origin HEAD`.\n")
         return skip_reply()
 
-    fake_llm.responder = responder
-    workspace.llm_url = fake_llm.base_url
-    workspace.write_config()
-    shop = str(checkout(workspace.root / "shop", "https://github.com/acme/shop.git"))
+    shop = answered_by(workspace, fake_llm, responder)
     now = datetime.now(UTC)
     for n in range(6):  # before: four of six fail
         workspace.add_session(

@@ -6,7 +6,10 @@ from skilld import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(["ConsolidationReport", "consolidate"], "consolidate"),
-    **dict.fromkeys(["library_figure", "run_holdout", "withheld_now"], "holdout"),
+    **dict.fromkeys(
+        ["holdout_overview", "library_figure", "run_holdout", "stop_holdout", "withheld_now"],
+        "holdout",
+    ),
     **dict.fromkeys(["CURATOR", "LifecycleReport", "read_last_run", "run_lifecycle"], "passes"),
     **dict.fromkeys(["CuratorRun", "ScheduledCurator", "curate", "utc_now"], "schedule"),
 }
