@@ -26,8 +26,9 @@ def test_benchmark_smoke_run_exits_zero(script: Path, tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SKILLD_")}
     # Scratch space and any home-relative path of the run stay in this test's temp dir.
     env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    extra = claude_sessions(tmp_path) if script.stem == "tick" else []
     run = subprocess.run(
-        [sys.executable, str(script), "--smoke"],
+        [sys.executable, str(script), "--smoke", *extra],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -36,11 +37,13 @@ def test_benchmark_smoke_run_exits_zero(script: Path, tmp_path: Path) -> None:
     )
     assert run.returncode == 0, f"{script.name} --smoke exited {run.returncode}:\n{run.stderr}"
     assert run.stdout.strip(), f"{script.name} --smoke printed nothing"
+    if extra:
+        assert "read sessions/*.jsonl claude-code" in run.stdout
 
 
-def test_the_tick_bench_reads_a_folder_of_claude_code_sessions(tmp_path: Path) -> None:
-    """`bench/tick.py --claude-sessions DIR` adds a row over DIR's sessions (here, sessions the
-    bench itself writes in Claude Code's format)."""
+def claude_sessions(tmp_path: Path) -> list[str]:
+    """`bench/tick.py --claude-sessions DIR` adds a row over DIR's sessions: here, sessions the
+    bench itself writes in Claude Code's format (one smoke run covers both)."""
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     write = (
@@ -50,11 +53,4 @@ def test_the_tick_bench_reads_a_folder_of_claude_code_sessions(tmp_path: Path) -
         "    open(f'{sys.argv[2]}/s{i}.jsonl', 'w').write(text)\n"
     )
     subprocess.run([sys.executable, "-c", write, str(BENCH), str(sessions)], check=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SKILLD_")}
-    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
-    run = subprocess.run(
-        [sys.executable, str(BENCH / "tick.py"), "--smoke", "--claude-sessions", str(sessions)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert "read sessions/*.jsonl claude-code" in run.stdout
+    return ["--claude-sessions", str(sessions)]

@@ -52,7 +52,7 @@ from tests.conftest import Workspace, conversation
 from tests.fakellm import FakeLLM, Reply, skill_reply, skip_reply
 
 SEED = 20261130
-NORMAL_KILLS = 20
+NORMAL_KILLS = 14
 FULL_KILLS = 200
 SESSION_POOL = 6
 #: How long a kill waits for the moment it aims at before it fires anyway.
