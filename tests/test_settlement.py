@@ -20,7 +20,6 @@ from skilld.evolve.settlement import (
     KeepCurrent,
     MergeDecision,
     MergeFirst,
-    Redirect,
     Refuse,
     Stage,
     Wait,
@@ -29,7 +28,6 @@ from skilld.evolve.settlement import (
     body_of,
     candidate_of,
     decide,
-    redirected,
 )
 from skilld.llm import LLMError
 from skilld.projects import ProjectDecision
@@ -64,7 +62,7 @@ def facts(**changes: Any) -> Facts:
     base = Facts(
         dialect="claude",
         existing=None,
-        others=(PYTEST,),
+        others=(existing(PYTEST),),
         similarity_threshold=0.85,
         managed=3,
         max_managed=10,
@@ -153,10 +151,16 @@ CASES: list[tuple[str, Candidate, Facts, Decision]] = [
         Stage("download-and-execute: download piped to a shell"),
     ),
     (
-        "a new skill that nearly duplicates one is redirected to it",
+        "a new skill that nearly duplicates one is a change of it: merged first",
         candidate(PYTEST_AGAIN),
         facts(),
-        Redirect({"proposed": PYTEST_AGAIN.name, "near_duplicate_of": PYTEST.name, "score": ANY}),
+        MergeFirst(PYTEST, PYTEST_AGAIN._replace(name=PYTEST.name)),
+    ),
+    (
+        "a new skill that nearly duplicates a pinned one is refused",
+        candidate(PYTEST_AGAIN),
+        facts(others=(existing(PYTEST, protection="pytest-fixtures is pinned"),)),
+        Refuse("protected", "pytest-fixtures is pinned"),
     ),
     (
         "a skill that is not close enough is new",
@@ -245,7 +249,7 @@ CASES: list[tuple[str, Candidate, Facts, Decision]] = [
     ids=[case[0] for case in CASES],
 )
 def test_decide(proposal: Candidate, known: Facts, expected: Decision) -> None:
-    assert decide(proposal, known) == expected
+    assert decide(proposal, known).decision == expected
 
 
 OUTAGE = LLMError("unavailable", "the server is down", status=503, retryable=True)
@@ -294,12 +298,19 @@ def test_after_merge(verdict: Verdict, expected: MergeDecision) -> None:
 
 
 def test_a_redirected_candidate_changes_the_skill_it_nearly_duplicates() -> None:
-    near = {"proposed": PYTEST_AGAIN.name, "near_duplicate_of": PYTEST.name, "score": 0.9}
-    moved = redirected(candidate(PYTEST_AGAIN), near)
-    assert moved.doc == PYTEST_AGAIN._replace(name=PYTEST.name)
-    assert moved.near == near
-    # the redirected skill exists: its text differs, so the model merges first
-    assert decide(moved, facts(existing=existing(PYTEST))) == MergeFirst(PYTEST, moved.doc)
+    """The plan names the candidate as redirected and the facts of the skill it changes: the
+    merge, its event and the decision after the merge all read those."""
+    listed = existing(PYTEST)
+    plan = decide(candidate(PYTEST_AGAIN), facts())
+    assert plan.candidate.doc == PYTEST_AGAIN._replace(name=PYTEST.name)
+    assert plan.candidate.near == {
+        "proposed": PYTEST_AGAIN.name,
+        "near_duplicate_of": PYTEST.name,
+        "score": ANY,
+    }
+    assert plan.facts == facts(existing=listed)
+    merged = plan.candidate._replace(merged=True)
+    assert decide(merged, plan.facts).decision == Write(merged)
 
 
 def test_a_kept_body_round_trips_through_a_candidate() -> None:

@@ -150,10 +150,6 @@ def near_duplicate(
     return {"proposed": doc.name, "near_duplicate_of": match.name, "score": match.score}
 
 
-def redirect(doc: SkillDoc, near: dict[str, Any]) -> SkillDoc:
-    return doc._replace(name=near["near_duplicate_of"])
-
-
 def hold_reason(doc: SkillDoc, *, review_mode: bool) -> str | None:
     """Why a person must approve `doc` before it is published, or None."""
     held = download_hold(doc.body, doc.description, doc.when_to_use or "")

@@ -1,8 +1,9 @@
 """What happens to a kept proposal, decided over plain facts (docs/design.md, Settlement).
 
-The settler (`evolve.settler`) gathers the facts once, at the edge: the target library's
-skills, the existing skill of the proposal's name (its text and why it may not change), the
-project decision, the branch rule, review mode and the cap. `decide` then says what to do;
+The settler (`evolve.settler`) gathers the facts once, at the edge, into one `Facts`: the
+target library's skills (each with why it may not change), the existing skill of the
+proposal's name read afresh, the project decision, the branch rule, review mode and the cap.
+`decide` then says what to do, a near-duplicate's redirect included, from those facts alone;
 the settler does it and records its event. Nothing here touches a file, the network or a clock.
 
 The library checks again under its lock when it writes: a decision is taken on facts a moment
@@ -55,8 +56,9 @@ class Facts(NamedTuple):
 
     dialect: str  # the library's skill format, to compare texts as the agent reads them
     existing: Existing | None
-    #: The library's other skills: what a new skill may nearly duplicate.
-    others: Sequence[SkillDoc]
+    #: The library's other skills as the tick listed them: what a new skill may nearly
+    #: duplicate, and what it then changes.
+    others: Sequence[Existing]
     similarity_threshold: float
     managed: int  # skills skilld manages there, what the cap counts (needed for a new skill)
     max_managed: int
@@ -77,12 +79,6 @@ class MergeFirst(NamedTuple):
 
     current: SkillDoc
     proposed: SkillDoc
-
-
-class Redirect(NamedTuple):
-    """A new skill nearly duplicates an existing one: it is a change of that one."""
-
-    near: dict[str, Any]
 
 
 class Stage(NamedTuple):
@@ -111,12 +107,34 @@ class Wait(NamedTuple):
     error: LLMError
 
 
-Decision = Write | MergeFirst | Redirect | Stage | Refuse
+Decision = Write | MergeFirst | Stage | Refuse
 MergeDecision = Write | KeepCurrent | Refuse | Wait
 
 
-def decide(candidate: Candidate, facts: Facts) -> Decision:
-    """What to do with `candidate` in the library `facts` describe."""
+class Plan(NamedTuple):
+    """A decision and what it was taken on: the candidate (redirected to the skill it nearly
+    duplicates, if it does) and the facts of the skill it changes."""
+
+    candidate: Candidate
+    facts: Facts
+    decision: Decision
+
+
+def decide(candidate: Candidate, facts: Facts) -> Plan:
+    """What to do with `candidate` in the library `facts` describe. A new skill that nearly
+    duplicates another is decided as a change of that one."""
+    decision = _decision(candidate, facts)
+    if isinstance(decision, dict):
+        candidate = redirected(candidate, decision)
+        facts = _toward(facts, candidate.doc.name)
+        decision = _decision(candidate, facts)
+        assert not isinstance(decision, dict)  # a redirected candidate is never redirected
+    return Plan(candidate, facts, decision)
+
+
+def _decision(candidate: Candidate, facts: Facts) -> Decision | dict[str, Any]:
+    """`decide`'s rules; a near-duplicate's record (a dict) where a new skill nearly
+    duplicates an existing one."""
     held = _held(candidate, facts)
     if held is not None and facts.existing is not None and facts.existing.protection is not None:
         # A person could never approve it: say why once, instead of staging it.
@@ -129,9 +147,10 @@ def decide(candidate: Candidate, facts: Facts) -> Decision:
     existing = facts.existing
     if existing is None:
         if not candidate.merged and candidate.near is None:
-            near = near_duplicate(candidate.doc, facts.others, facts.similarity_threshold)
+            docs = (other.doc for other in facts.others if other.doc is not None)
+            near = near_duplicate(candidate.doc, docs, facts.similarity_threshold)
             if near is not None:
-                return Redirect(near)
+                return near
         if facts.managed >= facts.max_managed:
             return Refuse(
                 "cap",
@@ -147,6 +166,12 @@ def decide(candidate: Candidate, facts: Facts) -> Decision:
     ):
         return MergeFirst(existing.doc, candidate.doc)
     return Write(candidate)
+
+
+def _toward(facts: Facts, name: str) -> Facts:
+    """`facts` for a change of the listed skill `name` (one a candidate nearly duplicates)."""
+    existing = next((o for o in facts.others if o.doc is not None and o.doc.name == name), None)
+    return facts._replace(existing=existing)
 
 
 def _changes_nothing(candidate: Candidate, facts: Facts) -> bool:

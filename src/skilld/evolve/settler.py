@@ -21,12 +21,11 @@ from skilld.evolve.report import Outage, Spend, TickReport
 from skilld.evolve.review import ReviewQueue
 from skilld.evolve.settlement import (
     Candidate,
-    Decision,
     Existing,
     Facts,
     KeepCurrent,
     MergeFirst,
-    Redirect,
+    Plan,
     Refuse,
     Stage,
     Wait,
@@ -35,7 +34,6 @@ from skilld.evolve.settlement import (
     body_of,
     candidate_of,
     decide,
-    redirected,
 )
 from skilld.fsutil import UnsafePath
 from skilld.gitinfo import from_json, repository_of
@@ -92,6 +90,18 @@ class Settler:
     async def settle(self, kept: KeptProposal, report: TickReport, spend: Spend) -> Settled:
         """Decide on a kept proposal and carry the decision out. Raises Outage when its merge
         needs an LLM that cannot answer."""
+        settling, candidate, facts = self._gather(kept, report)
+        if isinstance(facts, WriteFailed):
+            return self._record(settling, candidate, facts)
+        return await self._carry_out(settling, decide(candidate, facts), spend)
+
+    # -- the facts ---------------------------------------------------------------------------
+
+    def _gather(
+        self, kept: KeptProposal, report: TickReport
+    ) -> tuple[_Settling, Candidate, Facts | WriteFailed]:
+        """Everything the decision needs, read once: where the proposal goes, what its events
+        carry, and the target library's facts (or the fault that keeps them unknown)."""
         library, root = self._target(kept)
         git = from_json(kept.body.get("git"))
         origin = Origin(
@@ -110,28 +120,11 @@ class Settler:
         candidate = candidate_of(kept.body, git.branch if git else None)
         project = self._project_decision(kept, root) if root is not None else None
         try:
-            facts = self._facts(library, project, candidate)
-            decision = decide(candidate, facts)
-            if isinstance(decision, Redirect):
-                candidate = redirected(candidate, decision.near)
-                facts = self._facts(library, project, candidate)
-                decision = decide(candidate, facts)
+            return settling, candidate, self._facts(library, project, candidate)
         except UnsafePath as refused:
             # The skill's pin is in a usage sidecar the tree guard refuses (a link): a fault of
             # this machine, like a failed write. The proposal is kept until it is gone.
-            failed = WriteFailed(candidate.doc.name, str(refused))
-            return self._record(settling, candidate, failed)
-        if isinstance(decision, MergeFirst):
-            args = (decision.current, decision.proposed, kept, library, report, spend)
-            merged = after_merge(candidate, await self.merge(*args))
-            if not isinstance(merged, Write):
-                return self._merge_closed(settling, candidate, merged, facts.existing)
-            candidate = merged.candidate
-            settling = self._keep_merged(settling, candidate)
-            decision = decide(candidate, facts)
-        return self._carry_out(settling, candidate, decision)
-
-    # -- the facts ---------------------------------------------------------------------------
+            return settling, candidate, WriteFailed(candidate.doc.name, str(refused))
 
     def _target(self, kept: KeptProposal) -> tuple[Library, Path | None]:
         """Where the proposal goes: the user library, or the session's project library for a
@@ -146,21 +139,29 @@ class Settler:
     def _facts(
         self, library: Library, project: ProjectDecision | None, candidate: Candidate
     ) -> Facts:
+        """The library's facts: the skill of the candidate's name read afresh (ownership
+        before a change is decided on the file as it is now), the others as the tick listed
+        them, every pin from one read of the usage sidecar. The sidecar is read only where a
+        pin can matter: reading takes its lock, a file in a project skilld may not write into.
+        """
         entry = library.entry(candidate.doc.name)
-        existing = None
-        if entry is not None:
-            protection = library.protection(entry, library.usage_record(entry.name))
-            existing = Existing(entry.doc, protection, entry.file, entry.sha256 or "")
-        others = [
-            e.doc
+        listed = [
+            e
             for e in self.listing(library)
             if e.root == library.root and e.doc is not None and e.name != candidate.doc.name
         ]
+        may_write = project is None or project.allowed
+        records = library.usage.read() if entry is not None or (listed and may_write) else {}
+
+        def existing(entry: SkillEntry) -> Existing:
+            protection = library.protection(entry, library.usage_record(entry.name, records))
+            return Existing(entry.doc, protection, entry.file, entry.sha256 or "")
+
         evolve = self.config.evolve
         return Facts(
             dialect=library.form,
-            existing=existing,
-            others=others,
+            existing=existing(entry) if entry is not None else None,
+            others=[existing(e) for e in listed],
             similarity_threshold=evolve.similarity_threshold,
             # Counted for a new skill only: the cap limits creations, and counting costs a stat
             # per managed skill.
@@ -189,13 +190,23 @@ class Settler:
 
     # -- carrying it out ---------------------------------------------------------------------
 
-    def _carry_out(self, settling: _Settling, candidate: Candidate, decision: Decision) -> Settled:
+    async def _carry_out(self, settling: _Settling, plan: Plan, spend: Spend) -> Settled:
+        candidate, decision = plan.candidate, plan.decision
+        if isinstance(decision, MergeFirst):
+            kept, library, report = settling.kept, settling.library, settling.report
+            args = (decision.current, decision.proposed, kept, library, report, spend)
+            merged = after_merge(candidate, await self.merge(*args))
+            if not isinstance(merged, Write):
+                return self._merge_closed(settling, candidate, merged, plan.facts.existing)
+            settling = self._keep_merged(settling, merged.candidate)
+            plan = decide(merged.candidate, plan.facts)
+            candidate, decision = plan.candidate, plan.decision
         if isinstance(decision, Stage):
             return self._stage(settling, candidate, decision.reason)
         if isinstance(decision, Refuse):
             refused = Refused(decision.kind, candidate.doc.name, decision.reason)
             return self._record(settling, candidate, refused)
-        # A redirected candidate names an existing skill, a merged one needs no merge.
+        # A merged candidate needs no merge again.
         assert isinstance(decision, Write), decision
         outcome = settling.library.write(candidate.doc, settling.origin)
         if isinstance(outcome, Written):
