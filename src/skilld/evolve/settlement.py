@@ -111,6 +111,13 @@ Decision = Write | MergeFirst | Stage | Refuse
 MergeDecision = Write | KeepCurrent | Refuse | Wait
 
 
+class _Redirect(NamedTuple):
+    """A new skill nearly duplicates an existing one (`near_duplicate`'s record): it is a
+    change of that one, decided again on its facts."""
+
+    near: dict[str, Any]
+
+
 class Plan(NamedTuple):
     """A decision and what it was taken on: the candidate (redirected to the skill it nearly
     duplicates, if it does) and the facts of the skill it changes."""
@@ -124,17 +131,16 @@ def decide(candidate: Candidate, facts: Facts) -> Plan:
     """What to do with `candidate` in the library `facts` describe. A new skill that nearly
     duplicates another is decided as a change of that one."""
     decision = _decision(candidate, facts)
-    if isinstance(decision, dict):
-        candidate = redirected(candidate, decision)
+    if isinstance(decision, _Redirect):
+        candidate = redirected(candidate, decision.near)
         facts = _toward(facts, candidate.doc.name)
         decision = _decision(candidate, facts)
-        assert not isinstance(decision, dict)  # a redirected candidate is never redirected
+        assert not isinstance(decision, _Redirect)  # a redirected candidate is never redirected
     return Plan(candidate, facts, decision)
 
 
-def _decision(candidate: Candidate, facts: Facts) -> Decision | dict[str, Any]:
-    """`decide`'s rules; a near-duplicate's record (a dict) where a new skill nearly
-    duplicates an existing one."""
+def _decision(candidate: Candidate, facts: Facts) -> Decision | _Redirect:
+    """`decide`'s rules, up to a redirect."""
     held = _held(candidate, facts)
     if held is not None and facts.existing is not None and facts.existing.protection is not None:
         # A person could never approve it: say why once, instead of staging it.
@@ -150,7 +156,7 @@ def _decision(candidate: Candidate, facts: Facts) -> Decision | dict[str, Any]:
             docs = (other.doc for other in facts.others if other.doc is not None)
             near = near_duplicate(candidate.doc, docs, facts.similarity_threshold)
             if near is not None:
-                return near
+                return _Redirect(near)
         if facts.managed >= facts.max_managed:
             return Refuse(
                 "cap",
